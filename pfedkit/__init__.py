@@ -1,0 +1,3 @@
+"""pfedkit: personalized federated learning, faithful methods over one round loop."""
+
+__version__ = "0.1.0"
