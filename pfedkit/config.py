@@ -1,0 +1,192 @@
+"""Typed experiment configuration, loaded from TOML and validated before any training starts."""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pfedkit.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataSection(Section):
+    dataset: str = "digits"
+    root: Optional[str] = None  # else $PFEDKIT_DATA, else ~/.cache/pfedkit
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class PartitionSection(Section):
+    scheme: Literal["iid", "dirichlet", "pathological", "dominant-classes"] = "dirichlet"
+    clients: int = Field(20, ge=1)
+    beta: float = Field(0.1, gt=0)
+    classes_per_client: int = Field(2, ge=1)
+    balanced: bool = False
+    min_samples: Optional[int] = Field(None, ge=0)  # None: PFLlib's min(batch/(1-0.75), N/n/2)
+    max_redraws: int = Field(1000, ge=1)
+    samples_per_client: int = Field(600, ge=1)
+    uniform_share: float = Field(0.2, ge=0, le=1)
+    test_fraction: float = Field(0.25, gt=0, lt=1)  # protocol pfllib
+    test_per_client: Optional[int] = Field(None, ge=1)  # protocol official-test; None keeps the official train/test ratio
+
+
+class ModelSection(Section):
+    name: str = "fedavgcnn"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class MethodSection(BaseModel):
+    """`name` plus the method's own hyper-parameters, validated against its Params class."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = "fedavg"
+
+
+class TrainSection(Section):
+    rounds: int = Field(50, ge=1)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(10, ge=1)
+    lr: float = Field(0.005, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    join_ratio: float = Field(1.0, gt=0, le=1)
+
+
+class EvalSection(Section):
+    protocol: Literal["pfllib", "official-test"] = "pfllib"
+    every: int = Field(1, ge=1)
+
+
+class RunSection(Section):
+    seed: int = 0
+    checkpoint_every: int = Field(10, ge=1)
+    device: Literal["cpu"] = "cpu"
+    workers: int = Field(0, ge=0)  # 0: one worker process per core
+
+
+class Config(Section):
+    data: DataSection = Field(default_factory=DataSection)
+    partition: PartitionSection = Field(default_factory=PartitionSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    method: MethodSection = Field(default_factory=MethodSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    run: RunSection = Field(default_factory=RunSection)
+
+    def method_params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.method.model_dump().items() if k != "name"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+SECTIONS = tuple(Config.model_fields)
+
+
+def _describe_error(err: ValidationError, raw: dict[str, Any]) -> str:
+    lines = []
+    for item in err.errors():
+        loc = [str(p) for p in item["loc"]]
+        key = ".".join(loc)
+        if item["type"] == "extra_forbidden":
+            section_cls = Config if len(loc) == 1 else Config.model_fields[loc[0]].annotation
+            valid = ", ".join(section_cls.model_fields) if section_cls else ""
+            where = f"[{loc[0]}]" if len(loc) > 1 else "the top level"
+            lines.append(f"unknown key `{key}`; valid keys in {where}: {valid}")
+        else:
+            lines.append(f"`{key}`: {item['msg']} (got {item.get('input')!r})")
+    return "bad configuration:\n  " + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`section.key=value`; the value is read as a TOML literal, else kept as a string."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set train.lr=0.01")
+    key, value = text.split("=", 1)
+    path = key.strip().split(".")
+    if len(path) < 2 or path[0] not in SECTIONS:
+        raise ConfigError(f"--set {text!r}: the key must start with a section, one of: {', '.join(SECTIONS)}")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return path, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = raw
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {text!r}: {part} is not a section")
+        node[path[-1]] = value
+    return raw
+
+
+def build_config(raw: dict[str, Any]) -> Config:
+    """Validate sections, then names against the registries, then the method's hyper-parameters."""
+    from pfedkit import registry
+
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_describe_error(err, raw)) from None
+    registry.check_names(config)
+    registry.method_class(config.method.name).validate_params(config.method_params())
+    return config
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; pass the path of a TOML file")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path} is not valid TOML: {err}") from None
+    return build_config(apply_overrides(raw, list(overrides)))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"cannot write {value!r} to TOML")
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """Sections of scalars, lists and inline tables; None values are left out (TOML has no null)."""
+    out = []
+    for section, body in data.items():
+        out.append(f"[{section}]")
+        out.extend(f"{k} = {_toml_value(v)}" for k, v in body.items() if v is not None)
+        out.append("")
+    return "\n".join(out)
+
+
+def save_config(config: Config, path: Path) -> None:
+    from pfedkit.engine.store import atomic_write_text
+
+    atomic_write_text(path, dump_toml(config.to_dict()))

@@ -1,0 +1,87 @@
+"""FederatedDataset: one in-memory tensor pool, per-client train/test indices, and their statistics."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pfedkit.config import Config
+from pfedkit.data.partition import draw_test_like, label_counts, partition_labels, split_train_test
+from pfedkit.data.sources import DataSource, load_dataset
+from pfedkit.errors import ConfigError
+from pfedkit.methods.base import ClientData
+
+
+@dataclass
+class FederatedDataset:
+    name: str
+    protocol: str
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor  # the same tensors as train_* under the pfllib protocol (merged pool)
+    test_y: torch.Tensor
+    train_idx: list[np.ndarray]
+    test_idx: list[np.ndarray]
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_idx)
+
+    def client(self, cid: int) -> ClientData:
+        tr, te = torch.from_numpy(self.train_idx[cid]), torch.from_numpy(self.test_idx[cid])
+        return ClientData(cid, self.train_x[tr], self.train_y[tr], self.test_x[te], self.test_y[te], self.num_classes)
+
+    def train_sizes(self) -> np.ndarray:
+        return np.array([len(i) for i in self.train_idx])
+
+    def test_sizes(self) -> np.ndarray:
+        return np.array([len(i) for i in self.test_idx])
+
+    def label_counts(self, split: str = "train") -> np.ndarray:
+        labels = (self.train_y if split == "train" else self.test_y).numpy()
+        return label_counts(labels, self.train_idx if split == "train" else self.test_idx, self.num_classes)
+
+
+def default_min_samples(config: Config, pool_size: int) -> int:
+    """PFLlib's rule: min(batch / (1 - 0.75), N / n / 2)."""
+    return int(min(config.train.batch_size / config.partition.test_fraction, pool_size / config.partition.clients / 2))
+
+
+def build_federated(config: Config, source: DataSource | None = None) -> FederatedDataset:
+    source = source or load_dataset(config.data.dataset, config.data.root, **config.data.options)
+    part, seed = config.partition, config.run.seed
+    options = dict(
+        beta=part.beta,
+        classes_per_client=part.classes_per_client,
+        balanced=part.balanced,
+        max_redraws=part.max_redraws,
+        samples_per_client=part.samples_per_client,
+        uniform_share=part.uniform_share,
+        num_classes=source.num_classes,
+    )
+    if config.eval.protocol == "pfllib":
+        # Merge the official splits, partition, then split each client 75/25 (PFLlib, "following FedALA").
+        if source.test_x is not None:
+            x, y = torch.cat([source.train_x, source.test_x]), torch.cat([source.train_y, source.test_y])
+        else:
+            x, y = source.train_x, source.train_y
+        min_samples = part.min_samples if part.min_samples is not None else default_min_samples(config, len(y))
+        clients = partition_labels(y.numpy(), part.scheme, part.clients, seed, min_samples=min_samples, **options)
+        train_idx, test_idx = split_train_test(clients, part.test_fraction, seed)
+        return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx)
+    if source.test_x is None:
+        raise ConfigError(
+            f"dataset {source.name} has no official test split, so `eval.protocol = \"official-test\"` cannot be used; "
+            'use `eval.protocol = "pfllib"`'
+        )
+    y = source.train_y.numpy()
+    min_samples = part.min_samples if part.min_samples is not None else default_min_samples(config, len(y))
+    train_idx = partition_labels(y, part.scheme, part.clients, seed, min_samples=min_samples, **options)
+    test_idx = draw_test_like(y, train_idx, source.test_y.numpy(), seed, per_client=part.test_per_client)
+    return FederatedDataset(
+        source.name, "official-test", source.num_classes, source.input_shape,
+        source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx,
+    )

@@ -1,0 +1,52 @@
+"""Evaluation: a personalized model on a client's test split, and the round's metrics over clients."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+EVAL_BATCH = 1000  # large batches: evaluation is forward-only
+
+
+@torch.no_grad()
+def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[int, float, int]:
+    """(correct, summed cross-entropy, samples)."""
+    model.eval()
+    correct, loss = 0, 0.0
+    for start in range(0, len(y), EVAL_BATCH):
+        logits = model(x[start : start + EVAL_BATCH])
+        target = y[start : start + EVAL_BATCH]
+        correct += int((logits.argmax(1) == target).sum())
+        loss += float(F.cross_entropy(logits, target, reduction="sum"))
+    return correct, loss, int(len(y))
+
+
+def summarize_round(per_client: Mapping[int, tuple[int, float, int]]) -> dict[str, Any]:
+    """Sample-weighted accuracy (PFLlib's sum of correct / sum of samples) and the mean of client accuracies."""
+    correct = sum(c for c, _, _ in per_client.values())
+    total = sum(n for _, _, n in per_client.values())
+    loss = sum(l for _, l, _ in per_client.values())
+    client_accs = [c / n for c, _, n in per_client.values() if n > 0]
+    return {
+        "acc": correct / max(total, 1),
+        "acc_client_mean": sum(client_accs) / max(len(client_accs), 1),
+        "loss": loss / max(total, 1),
+    }
+
+
+def summarize_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best and last of both accuracies over the evaluated rounds."""
+    evaluated = [r for r in rows if r.get("acc") is not None]
+    if not evaluated:
+        return {}
+    best = max(evaluated, key=lambda r: r["acc"])
+    return {
+        "best_acc": best["acc"],
+        "best_round": best["round"],
+        "last_acc": evaluated[-1]["acc"],
+        "best_acc_client_mean": max(r["acc_client_mean"] for r in evaluated),
+        "last_acc_client_mean": evaluated[-1]["acc_client_mean"],
+        "last_round": evaluated[-1]["round"],
+    }

@@ -1,0 +1,241 @@
+"""The shared base of every method: messages and state in, messages and state out; the engine owns the loop.
+
+A method says what the server sends (`broadcast`), what a client does with it and replies (`local_update`),
+how the server combines replies (`aggregate`), and which model is evaluated for a client
+(`personalized_model`). Payloads, replies and states are flat dicts of tensors and plain numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import nn
+
+from pfedkit.errors import ConfigError
+from pfedkit.models.base import SplitModel
+from pfedkit.seeding import derive_seed, torch_generator
+
+State = dict[str, Any]
+ALL_PARTS = ("body", "head")
+LossFn = Callable[[SplitModel, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class HyperParams(BaseModel):
+    """A method's hyper-parameters; each field's description names its source (paper section or 'our choice')."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    local_epochs: int
+    batch_size: int
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class ClientData:
+    cid: int
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def num_train(self) -> int:
+        return int(self.train_y.shape[0])
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    model_factory: Callable[[], SplitModel]
+    train: TrainSettings
+    num_classes: int
+    seed: int
+
+
+def part_of(key: str) -> str:
+    return key.split(".", 1)[0]
+
+
+def select(state: Mapping[str, Any], parts: Iterable[str]) -> State:
+    parts = tuple(parts)
+    return {k: v for k, v in state.items() if part_of(k) in parts}
+
+
+def weighted_mean(replies: Mapping[int, State], keys: Iterable[str], weight: str = "num_samples") -> State:
+    """Sample-weighted mean of the given tensors over replies; integer buffers are taken from the first reply."""
+    replies = [replies[cid] for cid in sorted(replies)]
+    total = float(sum(r[weight] for r in replies))
+    out: State = {}
+    for key in keys:
+        first = replies[0][key]
+        if not torch.is_floating_point(first):
+            out[key] = first.clone()
+            continue
+        acc = torch.zeros_like(first)
+        for r in replies:
+            acc.add_(r[key], alpha=float(r[weight]) / total)
+        out[key] = acc
+    return out
+
+
+class Method:
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    Params: ClassVar[type[HyperParams]] = HyperParams
+
+    def __init__(self, params: HyperParams, ctx: MethodContext):
+        self.params = params
+        self.ctx = ctx
+        self._model: Optional[SplitModel] = None
+        self._initial: Optional[State] = None
+        self._has_batchnorm: Optional[bool] = None
+
+    # ---- hyper-parameters ----
+    @classmethod
+    def validate_params(cls, raw: Mapping[str, Any]) -> HyperParams:
+        try:
+            return cls.Params(**raw)
+        except ValidationError as err:
+            problems = []
+            for item in err.errors():
+                key = ".".join(str(p) for p in item["loc"])
+                if item["type"] == "extra_forbidden":
+                    valid = ", ".join(cls.Params.model_fields) or "none"
+                    problems.append(f"unknown key `method.{key}` for method {cls.name}; its hyper-parameters: {valid}")
+                else:
+                    problems.append(f"`method.{key}`: {item['msg']} (got {item.get('input')!r})")
+            raise ConfigError("bad configuration:\n  " + "\n  ".join(problems)) from None
+
+    # ---- the five messages-and-state hooks; the engine calls these ----
+    def init_server(self) -> State:
+        return {}
+
+    def init_client(self, cid: int, data: ClientData) -> State:
+        return {}
+
+    def broadcast(self, server: State, round: int, cid: int) -> State:
+        return {}
+
+    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+        raise NotImplementedError
+
+    def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
+        return server
+
+    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        raise NotImplementedError
+
+    # ---- helpers the methods share ----
+    @property
+    def model(self) -> SplitModel:
+        """One working model per process, reused: loading a state is cheaper than building a model."""
+        if self._model is None:
+            self._model = self.ctx.model_factory()
+        return self._model
+
+    def initial_state(self) -> State:
+        """The seeded initial model, identical for the server and every client."""
+        if self._initial is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed(self.ctx.seed, -1, -1, "model-init"))
+                fresh = self.ctx.model_factory()
+            self._initial = {k: v.detach().clone() for k, v in fresh.state_dict().items()}
+        return self._initial
+
+    def load(self, *states: Mapping[str, Any]) -> SplitModel:
+        """Load the model entries of the given states (later ones win); together they must cover the model."""
+        model = self.model
+        merged: State = {}
+        for state in states:
+            merged.update(state)
+        own = model.state_dict()
+        missing = [k for k in own if k not in merged]
+        if missing:
+            raise RuntimeError(f"{self.name}: states do not cover the model; missing {missing[:3]}...")
+        model.load_state_dict({k: merged[k] for k in own})
+        return model
+
+    @staticmethod
+    def state_of(model: nn.Module, parts: Iterable[str] = ALL_PARTS) -> State:
+        return {k: v.detach().clone() for k, v in select(model.state_dict(), parts).items()}
+
+    def fit(
+        self,
+        model: SplitModel,
+        data: ClientData,
+        round: int,
+        *,
+        parts: Iterable[str] = ALL_PARTS,
+        epochs: Optional[int] = None,
+        lr: Optional[float] = None,
+        momentum: Optional[float] = None,
+        weight_decay: Optional[float] = None,
+        loss_fn: Optional[LossFn] = None,
+        purpose: str = "train",
+    ) -> float:
+        """Mini-batch SGD on the client's in-memory training tensors; returns the mean training loss.
+
+        Parts not trained are frozen: left out of the optimizer and without gradients.
+        """
+        cfg = self.ctx.train
+        parts = tuple(parts)
+        trainable = [p for n, p in model.named_parameters() if part_of(n) in parts]
+        frozen = [p for n, p in model.named_parameters() if part_of(n) not in parts and p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        opt = torch.optim.SGD(
+            trainable,
+            lr=cfg.lr if lr is None else lr,
+            momentum=cfg.momentum if momentum is None else momentum,
+            weight_decay=cfg.weight_decay if weight_decay is None else weight_decay,
+        )
+        loss_fn = loss_fn or cross_entropy_loss
+        gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
+        x, y, n, bs = data.train_x, data.train_y, data.num_train, cfg.batch_size
+        skip_single = n > 1 and self._uses_batchnorm(model)  # BatchNorm cannot train on a batch of one
+        total, steps = 0.0, 0
+        model.train()
+        try:
+            for _ in range(cfg.local_epochs if epochs is None else epochs):
+                order = torch.randperm(n, generator=gen)
+                for start in range(0, n, bs):
+                    idx = order[start : start + bs]
+                    if skip_single and idx.numel() == 1:
+                        continue
+                    loss = loss_fn(model, x[idx], y[idx])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += float(loss)
+                    steps += 1
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        return total / max(steps, 1)
+
+    def _uses_batchnorm(self, model: nn.Module) -> bool:
+        if self._has_batchnorm is None:
+            self._has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        return self._has_batchnorm
+
+
+def cross_entropy_loss(model: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(model(x), y)
+
+
+METHODS: dict[str, type[Method]] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    if cls.name in METHODS:
+        raise RuntimeError(f"method {cls.name} registered twice")
+    METHODS[cls.name] = cls
+    return cls

@@ -1,0 +1,39 @@
+"""FedBABU (Oh et al., 2022): train only the body under a frozen random head shared by all; fine-tune to personalize."""
+from typing import Literal
+
+from pydantic import Field
+from torch import nn
+
+from pfedkit.methods.base import ALL_PARTS, ClientData, HyperParams, State, register, select
+from pfedkit.methods.sharing import PartSharing
+from pfedkit.models.base import SplitModel
+
+
+class FedBABUParams(HyperParams):
+    ft_epochs: int = Field(5, ge=1, description="fine-tuning epochs before evaluation; our choice (the paper studies 1 to 20)")
+    ft_parts: Literal["all", "head"] = Field("all", description="what fine-tuning updates; FedBABU fine-tunes the whole model")
+
+
+@register
+class FedBABU(PartSharing):
+    name = "fedbabu"
+    summary = "body trained under a frozen random head (same on all clients), fine-tuned for evaluation"
+    Params = FedBABUParams
+    shared = ("body",)
+
+    def init_client(self, cid: int, data: ClientData) -> State:
+        return {}  # the head is the seeded initial head, rebuilt identically everywhere
+
+    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+        model = self.load(payload, self.random_head())
+        self.fit(model, data, round, parts=("body",))
+        return {**self.state_of(model, ("body",)), "num_samples": data.num_train}, {}
+
+    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        model = self.load(payload, self.random_head())
+        parts = ALL_PARTS if self.params.ft_parts == "all" else ("head",)
+        self.fit(model, data, round, parts=parts, epochs=self.params.ft_epochs, purpose="finetune")
+        return model
+
+    def random_head(self) -> State:
+        return select(self.initial_state(), ("head",))

@@ -1,0 +1,22 @@
+"""FedRep (Collins et al., 2021): train the personal head with the body frozen, then the body with the head frozen."""
+from pydantic import Field
+
+from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.sharing import PartSharing
+from pfedkit.models.base import SplitModel
+
+
+class FedRepParams(HyperParams):
+    head_epochs: int = Field(10, ge=1, description="head epochs per round; FedRep paper Sec. 5 (10 head epochs); body epochs = train.local_epochs")
+
+
+@register
+class FedRep(PartSharing):
+    name = "fedrep"
+    summary = "shared body, personal head; head epochs first, then body epochs"
+    Params = FedRepParams
+    shared = ("body",)
+
+    def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
+        self.fit(model, data, round, parts=("head",), epochs=self.params.head_epochs, purpose="head")
+        self.fit(model, data, round, parts=("body",), purpose="body")

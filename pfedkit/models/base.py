@@ -1,0 +1,23 @@
+"""Every model is a body (feature extractor) and a head (classifier); methods address parameters by part."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+PARTS = ("body", "head")
+
+
+class SplitModel(nn.Module):
+    """`forward(x) = head(body(x))`; parameter names start with `body.` or `head.`."""
+
+    def __init__(self, body: nn.Module, head: nn.Module, feature_dim: int):
+        super().__init__()
+        self.body = body
+        self.head = head
+        self.feature_dim = feature_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)

@@ -1,0 +1,37 @@
+"""Plots (PNG): accuracy curves of one or many runs."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from pfedkit.engine.store import atomic_write_bytes  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str = "") -> Path:
+    """One line per run: sample-weighted test accuracy over rounds (rows as in metrics.csv)."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, rows in runs.items():
+        points = [(int(r["round"]), float(r["acc"])) for r in rows if r.get("acc") not in (None, "")]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, label=label, linewidth=1.5)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (sample-weighted)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

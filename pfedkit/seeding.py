@@ -1,0 +1,20 @@
+"""Random generators derived from (seed, round, client id, purpose), so results never depend on order."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+
+
+def derive_seed(seed: int, round: int, cid: int, purpose: str) -> int:
+    words = [seed & 0xFFFFFFFF, round + 1, cid + 1, zlib.crc32(purpose.encode())]
+    return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def torch_generator(seed: int, round: int, cid: int, purpose: str) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(seed, round, cid, purpose))
+
+
+def numpy_generator(seed: int, round: int, cid: int, purpose: str) -> np.random.Generator:
+    return np.random.default_rng(derive_seed(seed, round, cid, purpose))
