@@ -214,7 +214,7 @@ class Method:
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    total += float(loss)
+                    total += loss.item()
                     steps += 1
         finally:
             for p in frozen:

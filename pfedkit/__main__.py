@@ -1,0 +1,3 @@
+from pfedkit.cli import main
+
+main()

@@ -1,0 +1,157 @@
+"""Each first-set method's defining property, checked on a tiny model against hand-computed values."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pfedkit.methods.base import select, weighted_mean
+from tests.conftest import make, tiny_data
+
+
+def model_keys(state):
+    return {k for k in state if k.split(".")[0] in ("body", "head")}
+
+
+def test_fedavg_aggregate_is_sample_weighted_mean():
+    method = make("fedavg")
+    server = method.init_server()
+    a = {k: torch.full_like(v, 1.0) for k, v in server.items()}
+    b = {k: torch.full_like(v, 4.0) for k, v in server.items()}
+    out = method.aggregate(server, {0: {**a, "num_samples": 3}, 1: {**b, "num_samples": 1}}, 0)
+    for k in server:
+        assert torch.allclose(out[k], torch.full_like(server[k], (3 * 1 + 1 * 4) / 4))
+
+
+def test_fedavg_aggregate_without_replies_keeps_the_model():
+    method = make("fedavg")
+    server = method.init_server()
+    assert method.aggregate(server, {}, 0) is server
+
+
+def test_fedavg_one_step_equals_hand_computed_sgd():
+    method = make("fedavg", batch_size=8, lr=0.1)
+    server, data = method.init_server(), tiny_data(n=8)
+    reply, _ = method.local_update(server, {}, data, round=0)
+    model = method.load(server)  # a fresh copy of the start point
+    loss = F.cross_entropy(model(data.train_x), data.train_y)  # batch = all 8 samples, order is irrelevant
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    for (name, p), g in zip(model.named_parameters(), grads):
+        assert torch.allclose(reply[name], p.detach() - 0.1 * g, atol=1e-6), name
+    assert reply["num_samples"] == 8
+
+
+def test_fedprox_step_equals_hand_computed_proximal_step():
+    mu, lr = 0.5, 0.1
+    method = make("fedprox", params={"mu": mu}, batch_size=8, lr=lr)
+    server, data = method.init_server(), tiny_data(n=8)
+    start = {k: v + 0.3 * torch.randn_like(v) for k, v in server.items()}  # weights away from the anchor
+    model = method.load(start)
+    loss = F.cross_entropy(model(data.train_x), data.train_y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    expected = {n: p.detach() - lr * (g + mu * (p.detach() - server[n])) for (n, p), g in zip(model.named_parameters(), grads)}
+    method.train_locally(model, server, data, 0)  # one step: the batch is all 8 samples
+    for name, value in expected.items():
+        assert torch.allclose(model.state_dict()[name], value, atol=1e-6), name
+
+
+def test_fedprox_rejects_zero_mu():
+    import pytest
+
+    from pfedkit.errors import ConfigError
+    from pfedkit.methods import METHODS
+
+    with pytest.raises(ConfigError, match="method.mu"):
+        METHODS["fedprox"].validate_params({"mu": 0})
+
+
+def test_fedper_never_uploads_the_head_and_keeps_it_local():
+    method = make("fedper")
+    server, data = method.init_server(), tiny_data()
+    assert model_keys(server) and all(k.startswith("body.") for k in model_keys(server))
+    client = method.init_client(0, data)
+    reply, new_client = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
+    assert all(k.startswith("body.") for k in model_keys(reply))
+    assert set(new_client) == {"head.weight", "head.bias"}
+    assert not torch.equal(new_client["head.weight"], client["head.weight"])  # the head was trained
+
+
+def test_lg_fedavg_shares_the_head_not_the_body():
+    method = make("lg-fedavg")
+    server, data = method.init_server(), tiny_data()
+    reply, client = method.local_update(server, method.init_client(0, data), data, 0)
+    assert model_keys(reply) == {"head.weight", "head.bias"}
+    assert all(k.startswith("body.") for k in client)
+
+
+def test_local_sends_no_model():
+    method = make("local")
+    data = tiny_data()
+    reply, client = method.local_update(method.broadcast(method.init_server(), 0, 0), method.init_client(0, data), data, 0)
+    assert model_keys(reply) == set() and model_keys(client) == model_keys(method.initial_state())
+
+
+def test_fedrep_trains_head_then_body_each_with_the_other_frozen():
+    method = make("fedrep", params={"head_epochs": 3}, local_epochs=2)
+    calls = []
+    real_fit = method.fit
+
+    def spy(model, data, round, **kw):
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        out = real_fit(model, data, round, **kw)
+        after = model.state_dict()
+        frozen = [k for k in after if k.split(".")[0] not in kw["parts"]]
+        assert all(torch.equal(before[k], after[k]) for k in frozen), kw["parts"]
+        calls.append((kw["parts"], kw.get("epochs")))
+        return out
+
+    method.fit = spy
+    data = tiny_data()
+    method.local_update(method.init_server(), method.init_client(0, data), data, 0)
+    assert calls == [(("head",), 3), (("body",), None)]
+
+
+def test_frozen_parts_do_not_move_under_momentum_and_weight_decay():
+    method = make("fedavg", momentum=0.9, weight_decay=0.1, lr=0.5)
+    model = method.load(method.init_server())
+    head = {k: v.clone() for k, v in select(model.state_dict(), ("head",)).items()}
+    method.fit(model, tiny_data(n=16), 0, parts=("body",), epochs=3)
+    for k, v in head.items():
+        assert torch.equal(model.state_dict()[k], v)
+    assert all(p.requires_grad for p in model.parameters())  # freezing is undone afterwards
+
+
+def test_fedbabu_head_is_fixed_random_and_never_uploaded():
+    method = make("fedbabu", params={"ft_epochs": 2})
+    server, data = method.init_server(), tiny_data()
+    reply, client = method.local_update(server, method.init_client(0, data), data, 0)
+    assert client == {} and all(k.startswith("body.") for k in model_keys(reply))
+    model = method.load(reply, method.random_head())
+    assert torch.equal(model.head.weight, method.initial_state()["head.weight"])
+    tuned = method.personalized_model({}, reply, data, 1)
+    assert not torch.equal(tuned.head.weight, method.initial_state()["head.weight"])  # fine-tuning moves the head
+
+
+def test_fedavg_ft_fine_tunes_before_evaluation_only():
+    method = make("fedavg-ft", params={"ft_epochs": 2})
+    server, data = method.init_server(), tiny_data()
+    tuned = method.personalized_model({}, server, data, 0)
+    assert any(not torch.equal(tuned.state_dict()[k], server[k]) for k in server)
+    assert torch.equal(method.init_server()["head.weight"], server["head.weight"])  # server state untouched
+
+
+def test_updates_depend_on_seed_round_and_client_not_on_call_order():
+    method = make("fedavg", batch_size=2)
+    server = method.init_server()
+    a = method.local_update(server, {}, tiny_data(0), 3)[0]
+    method.local_update(server, {}, tiny_data(1), 3)
+    again = method.local_update(server, {}, tiny_data(0), 3)[0]
+    other_round = method.local_update(server, {}, tiny_data(0), 4)[0]
+    assert all(torch.equal(a[k], again[k]) for k in server)
+    assert any(not torch.equal(a[k], other_round[k]) for k in server)
+
+
+def test_weighted_mean_keeps_integer_buffers():
+    replies = {0: {"b": torch.tensor(3), "w": torch.ones(2), "num_samples": 1},
+               1: {"b": torch.tensor(5), "w": torch.zeros(2), "num_samples": 3}}
+    out = weighted_mean(replies, ["b", "w"])
+    assert out["b"].item() == 3 and torch.allclose(out["w"], torch.full((2,), 0.25))
