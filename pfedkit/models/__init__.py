@@ -1,0 +1,62 @@
+"""Model names -> SplitModel builders; bad names, shapes and options fail with a ConfigError saying what is valid."""
+from __future__ import annotations
+
+from typing import Callable
+
+from pfedkit.errors import ConfigError
+from pfedkit.models import cnn, resnet
+from pfedkit.models.base import SplitModel
+
+# name -> (builder, {option: default}); options are passed to the builder as keywords.
+_MODELS: dict[str, tuple[Callable[..., SplitModel], dict[str, object]]] = {
+    "fedavgcnn": (cnn.fedavgcnn, {}),
+    "fedpac-fmnist": (cnn.fedpac_fmnist, {}),
+    "fedpac-cifar": (cnn.fedpac_cifar, {}),
+    "resnet18": (resnet.resnet18, {"stem": "imagenet"}),
+    "mlp": (cnn.mlp, {"hidden": 128}),
+    "smallcnn": (cnn.smallcnn, {}),
+}
+
+MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
+
+__all__ = ["MODEL_NAMES", "SplitModel", "build_model", "model_options"]
+
+
+def _entry(name: str) -> tuple[Callable[..., SplitModel], dict[str, object]]:
+    if name not in _MODELS:
+        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
+    return _MODELS[name]
+
+
+def model_options(name: str) -> dict[str, object]:
+    """The options `name` takes, with their defaults (a copy, safe to modify)."""
+    return dict(_entry(name)[1])
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_options(name: str, options: dict[str, object]) -> dict[str, object]:
+    defaults = model_options(name)
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        valid = ", ".join(f"{k} (default {v!r})" for k, v in defaults.items()) or "none"
+        raise ConfigError(f"model {name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}")
+    merged = {**defaults, **options}
+    if "stem" in merged and merged["stem"] not in resnet.STEMS:
+        raise ConfigError(f"model {name!r}: `stem` must be one of {', '.join(resnet.STEMS)}, got {merged['stem']!r}")
+    if "hidden" in merged and not _is_positive_int(merged["hidden"]):
+        raise ConfigError(f"model {name!r}: `hidden` must be a positive integer, got {merged['hidden']!r}")
+    return merged
+
+
+def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, **options) -> SplitModel:
+    """Build model `name` for inputs of shape (C, H, W) and `num_classes` outputs; uses only torch's global RNG."""
+    builder, _ = _entry(name)
+    shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else ()
+    if len(shape) != 3 or not all(_is_positive_int(s) for s in shape):
+        raise ConfigError(f"model {name!r}: input_shape must be three positive integers (C, H, W), got {input_shape!r}")
+    if not _is_positive_int(num_classes):
+        raise ConfigError(f"model {name!r}: num_classes must be a positive integer, got {num_classes!r}")
+    return builder(shape, num_classes, **_check_options(name, options))
