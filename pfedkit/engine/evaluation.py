@@ -25,6 +25,7 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[
 
 def summarize_round(per_client: Mapping[int, tuple[int, float, int]]) -> dict[str, Any]:
     """Sample-weighted accuracy (PFLlib's sum of correct / sum of samples) and the mean of client accuracies."""
+    per_client = {cid: per_client[cid] for cid in sorted(per_client)}  # sums in client order, whatever finished first
     correct = sum(c for c, _, _ in per_client.values())
     total = sum(n for _, _, n in per_client.values())
     loss = sum(l for _, l, _ in per_client.values())

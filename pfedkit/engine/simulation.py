@@ -37,9 +37,9 @@ def message_bytes(message: State) -> int:
     return sum(v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 8 for v in message.values())
 
 
-def sample_clients(num_clients: int, join_ratio: float, seed: int, round: int) -> list[int]:
+def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: int) -> list[int]:
     count = max(int(round(num_clients * join_ratio)), 1)
-    chosen = numpy_generator(seed, round, -1, "sample-clients").choice(num_clients, size=count, replace=False)
+    chosen = numpy_generator(seed, round_index, -1, "sample-clients").choice(num_clients, size=count, replace=False)
     return sorted(int(c) for c in chosen)
 
 

@@ -1,0 +1,67 @@
+"""The command line: clear errors before training, the demo, compare and methods."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from pfedkit.cli import main
+from pfedkit.engine.store import read_csv
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_methods_lists_every_method_with_defaults():
+    result = invoke("methods")
+    assert result.exit_code == 0
+    for name in ("local", "fedavg", "fedavg-ft", "fedprox", "fedper", "fedrep", "fedbabu", "lg-fedavg"):
+        assert f"{name}:" in result.output
+    assert "head_epochs = 10" in result.output and "mu = 0.01" in result.output
+
+
+def test_broken_config_fails_before_training(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[method]\nname = "fedrep"\nhead_epoch = 2\n')
+    result = invoke("run", config, "--out", tmp_path / "run")
+    assert result.exit_code == 2
+    assert "method.head_epoch" in result.output and "head_epochs" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_override_names_the_key(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("")
+    result = invoke("run", config, "--out", tmp_path / "run", "--set", "train.batch_size=0")
+    assert result.exit_code == 2 and "train.batch_size" in result.output
+
+
+def test_compare_table_and_plot(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[data]\ndataset = "synthetic"\noptions = {samples = 600, test_samples = 200}\n'
+        '[partition]\nclients = 4\nbeta = 1.0\n[model]\nname = "mlp"\n'
+        "[train]\nrounds = 2\nbatch_size = 16\nlr = 0.1\n[run]\nworkers = 1\n"
+    )
+    result = invoke("compare", config, "--methods", "fedavg,fedper", "--seeds", "0,1", "--out", tmp_path / "cmp", "--quiet")
+    assert result.exit_code == 0, result.output
+    table = (tmp_path / "cmp" / "table.md").read_text()
+    assert "| fedavg |" in table and "| fedper |" in table and "±" in table and "pfllib" in table
+    assert (tmp_path / "cmp" / "curves.png").exists()
+    assert len(read_csv(tmp_path / "cmp" / "results.csv")) == 4
+    summary = json.loads((tmp_path / "cmp" / "fedper" / "seed1" / "summary.json").read_text())
+    assert summary["method"] == "fedper" and summary["seed"] == 1
+
+
+def test_demo_runs_offline_and_writes_runnable_folders(tmp_path):
+    out = tmp_path / "demo"
+    result = invoke("demo", "--out", out, "--rounds", "2", "--quiet")
+    assert result.exit_code == 0, result.output
+    for method in ("local", "fedavg", "fedper", "fedrep"):
+        assert f"| {method} |" in result.output
+        assert (out / method / "seed0" / "config.toml").exists()
+    rerun = invoke("run", out / "fedrep" / "seed0" / "config.toml", "--out", tmp_path / "again", "--quiet")
+    assert rerun.exit_code == 0, rerun.output
+    again = invoke("demo", "--out", out, "--rounds", "1", "--quiet")  # a demo folder is started afresh
+    assert again.exit_code == 0, again.output
