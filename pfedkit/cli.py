@@ -115,8 +115,11 @@ def data_fetch(name: str, root: Optional[str]) -> None:
     """Download NAME's official files and verify their checksums."""
     from pfedkit.data.sources import fetch_dataset
 
-    for path in fetch_dataset(name, root):
+    paths = fetch_dataset(name, root)
+    for path in paths:
         click.echo(f"ok  {path}")
+    if not paths:
+        click.echo(f"{name} needs no download: it is bundled or generated")
 
 
 @data.command("check")

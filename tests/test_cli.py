@@ -65,3 +65,23 @@ def test_demo_runs_offline_and_writes_runnable_folders(tmp_path):
     assert rerun.exit_code == 0, rerun.output
     again = invoke("demo", "--out", out, "--rounds", "1", "--quiet")  # a demo folder is started afresh
     assert again.exit_code == 0, again.output
+
+
+def test_partition_prints_counts_and_writes_heatmap(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[data]\ndataset = "digits"\n[partition]\nscheme = "pathological"\nclients = 10\n'
+                      'classes_per_client = 2\n[model]\nname = "mlp"\n')
+    result = invoke("partition", config, "--plot", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 10 and all(int(r[3]) == 2 for r in rows)  # two classes per client
+    assert sum(int(r[1]) + int(r[2]) for r in rows) == 1797  # every digit once
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_data_check_reports_good_files_and_missing_ones(shared_data, tmp_path):
+    good = invoke("data", "check", "mnist", "--data-root", shared_data)
+    assert good.exit_code == 0 and good.output.count("ok") == 4
+    missing = invoke("data", "check", "mnist", "--data-root", tmp_path)
+    assert missing.exit_code == 2 and "pfedkit data fetch mnist" in missing.output
+    assert invoke("data", "fetch", "digits").exit_code == 0

@@ -368,6 +368,8 @@ def fetch_dataset(name: str, root: str | os.PathLike | None = None, base_url: st
     """Download `name`'s official files into <root>/<name>/, verify their md5s, return the verified paths."""
     _check_name(name)
     root = resolve_data_root(root)
+    if name in ("digits", "synthetic"):
+        return []  # bundled or generated: nothing to download
     if name not in fetch.BASE_URLS:
         raise DataError(f"{name} cannot be downloaded by `pfedkit data fetch`: {MANUAL_SOURCES[name]}")
     return fetch.fetch_files(name, root, base_url, progress)
