@@ -1,6 +1,7 @@
 """The `pfedkit` command: run, compare, partition, data, methods, demo."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,6 +11,12 @@ import click
 from pfedkit.errors import PfedkitError
 
 SET_HELP = "override any key: section.key=value (repeatable), e.g. --set train.lr=0.01"
+ROOT_HELP = "data folder (else data.root, else $PFEDKIT_DATA, else ~/.cache/pfedkit)"
+
+
+def with_root(overrides: tuple[str, ...], root: Optional[str]) -> list[str]:
+    """`--data-root` is `--set data.root=...` with the path quoted as a TOML string."""
+    return list(overrides) + ([f"data.root={json.dumps(root)}"] if root else [])
 
 
 def _fail(err: Exception) -> None:
@@ -38,8 +45,9 @@ def main() -> None:
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="run folder")
 @click.option("--resume", is_flag=True, help="continue the run in --out from its last checkpoint")
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...], quiet: bool) -> None:
+def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...], root: Optional[str], quiet: bool) -> None:
     """Run one experiment described by CONFIG (a TOML file)."""
     from pfedkit.config import load_config
     from pfedkit.engine.simulation import run_experiment
@@ -48,7 +56,7 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
         if not resume:
             raise click.UsageError("give a CONFIG file, or --resume to continue the run in --out")
         config = str(Path(out) / "config.toml")
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, with_root(overrides, root))
     summary = run_experiment(cfg, out, resume=resume, progress=not quiet)
     click.echo(
         f"{summary['method']}: best acc {summary['best_acc']:.4f} (round {summary['best_round']}), "
@@ -62,9 +70,11 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
 @click.option("--seeds", default="0", show_default=True, help="comma-separated seeds")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--resume", is_flag=True, help="keep finished runs, resume unfinished ones")
 @click.option("--quiet", is_flag=True, help="no progress bars")
-def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[str, ...], resume: bool, quiet: bool) -> None:
+def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[str, ...], root: Optional[str],
+            resume: bool, quiet: bool) -> None:
     """Run several methods over several seeds on CONFIG; write a markdown table and one plot."""
     from pfedkit.reports.compare import run_comparison
 
@@ -73,7 +83,8 @@ def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[st
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise click.BadParameter(f"{seeds!r}: seeds are integers, e.g. 0,1,2", param_hint="--seeds") from None
-    table, plot = run_comparison(config, names, seed_list, Path(out), list(overrides), resume=resume, progress=not quiet)
+    table, plot = run_comparison(config, names, seed_list, Path(out), with_root(overrides, root), resume=resume,
+                                 progress=not quiet)
     click.echo(table)
     click.echo(f"table: {Path(out) / 'table.md'}\nplot: {plot}")
 
@@ -81,15 +92,16 @@ def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[st
 @main.command()
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--plot", "plot", default="partition.png", show_default=True, type=click.Path(dir_okay=False),
               help="where to write the heatmap PNG")
-def partition(config: str, overrides: tuple[str, ...], plot: str) -> None:
+def partition(config: str, overrides: tuple[str, ...], root: Optional[str], plot: str) -> None:
     """Print per-client sample and label counts of CONFIG's partition and write a heatmap."""
     from pfedkit.config import load_config
     from pfedkit.data.federated import build_federated
     from pfedkit.reports.partition_plot import save_partition_heatmap
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, with_root(overrides, root))
     fed = build_federated(cfg)
     counts = fed.label_counts("train")
     click.echo(f"{fed.name}: {fed.num_clients} clients, {fed.num_classes} classes, scheme {cfg.partition.scheme}, "
@@ -110,7 +122,7 @@ def data() -> None:
 
 @data.command("fetch")
 @click.argument("name")
-@click.option("--data-root", "root", default=None, help="data folder (else $PFEDKIT_DATA, else ~/.cache/pfedkit)")
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
 def data_fetch(name: str, root: Optional[str]) -> None:
     """Download NAME's official files and verify their checksums."""
     from pfedkit.data.sources import fetch_dataset
@@ -124,7 +136,7 @@ def data_fetch(name: str, root: Optional[str]) -> None:
 
 @data.command("check")
 @click.argument("name")
-@click.option("--data-root", "root", default=None, help="data folder (else $PFEDKIT_DATA, else ~/.cache/pfedkit)")
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
 def data_check(name: str, root: Optional[str]) -> None:
     """Verify NAME's files against their checksums."""
     from pfedkit.data.sources import check_dataset

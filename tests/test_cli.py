@@ -85,3 +85,12 @@ def test_data_check_reports_good_files_and_missing_ones(shared_data, tmp_path):
     missing = invoke("data", "check", "mnist", "--data-root", tmp_path)
     assert missing.exit_code == 2 and "pfedkit data fetch mnist" in missing.output
     assert invoke("data", "fetch", "digits").exit_code == 0
+
+
+def test_data_root_option_reaches_the_run(shared_data, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[data]\ndataset = "mnist"\n[partition]\nclients = 3\nscheme = "iid"\n[model]\nname = "mlp"\n')
+    missing = invoke("partition", config, "--data-root", tmp_path / "nowhere", "--plot", tmp_path / "p.png")
+    assert missing.exit_code == 2 and "nowhere" in missing.output
+    found = invoke("partition", config, "--data-root", shared_data, "--plot", tmp_path / "p.png")
+    assert found.exit_code == 0 and "mnist: 3 clients" in found.output

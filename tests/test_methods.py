@@ -155,3 +155,28 @@ def test_weighted_mean_keeps_integer_buffers():
                1: {"b": torch.tensor(5), "w": torch.zeros(2), "num_samples": 3}}
     out = weighted_mean(replies, ["b", "w"])
     assert out["b"].item() == 3 and torch.allclose(out["w"], torch.full((2,), 0.25))
+
+
+def test_head_training_on_cached_features_equals_training_through_the_frozen_body():
+    method = make("fedrep", batch_size=3, lr=0.2, momentum=0.5)
+    data = tiny_data(n=11)
+    start = method.init_server() | method.init_client(0, data)
+    slow = method.load(start)
+    method.fit(slow, data, 0, parts=("head",), epochs=4, purpose="head")
+    slow_state = {k: v.clone() for k, v in slow.state_dict().items()}
+    fast = method.load(start)
+    method.fit_head(fast, data, 0, epochs=4)
+    for k, v in fast.state_dict().items():
+        assert torch.allclose(v, slow_state[k], atol=1e-6), k
+    assert torch.equal(fast.state_dict()["body.0.weight"], start["body.0.weight"])
+
+
+def test_head_training_with_batchnorm_body_goes_through_the_body():
+    from torch import nn
+
+    from pfedkit.methods.base import deterministic_body
+    from pfedkit.models.base import SplitModel
+
+    bn_model = SplitModel(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), nn.Linear(3, 2), 3)
+    assert not deterministic_body(bn_model)
+    assert deterministic_body(make("fedrep").model)

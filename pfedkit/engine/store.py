@@ -14,6 +14,8 @@ import torch
 from pfedkit.errors import PfedkitError
 
 CHECKPOINT = "checkpoint.pt"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -21,6 +23,7 @@ def _atomic_write(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private; results should read like any other file
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -6,7 +6,7 @@ how the server combines replies (`aggregate`), and which model is evaluated for 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional
 
 import torch
@@ -96,7 +96,6 @@ class Method:
         self.ctx = ctx
         self._model: Optional[SplitModel] = None
         self._initial: Optional[State] = None
-        self._has_batchnorm: Optional[bool] = None
 
     # ---- hyper-parameters ----
     @classmethod
@@ -200,7 +199,7 @@ class Method:
         loss_fn = loss_fn or cross_entropy_loss
         gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
         x, y, n, bs = data.train_x, data.train_y, data.num_train, cfg.batch_size
-        skip_single = n > 1 and self._uses_batchnorm(model)  # BatchNorm cannot train on a batch of one
+        skip_single = n > 1 and uses_batchnorm(model)  # BatchNorm cannot train on a batch of one
         total, steps = 0.0, 0
         model.train()
         try:
@@ -221,10 +220,31 @@ class Method:
                 p.requires_grad_(True)
         return total / max(steps, 1)
 
-    def _uses_batchnorm(self, model: nn.Module) -> bool:
-        if self._has_batchnorm is None:
-            self._has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-        return self._has_batchnorm
+    def fit_head(self, model: SplitModel, data: ClientData, round: int, *, epochs: Optional[int] = None,
+                 purpose: str = "head", **sgd: Any) -> float:
+        """Train the head alone. With a deterministic body, on features computed once: the same updates
+        (up to float rounding) without pushing every batch of every epoch through the frozen body."""
+        if not deterministic_body(model):
+            return self.fit(model, data, round, parts=("head",), epochs=epochs, purpose=purpose, **sgd)
+        features = compute_features(model, data.train_x)
+        head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
+        return self.fit(head_only, replace(data, train_x=features), round, parts=("head",), epochs=epochs,
+                        purpose=purpose, **sgd)
+
+
+def uses_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def deterministic_body(model: SplitModel) -> bool:
+    """No BatchNorm or dropout: the body's output does not depend on the batch or on the train/eval mode."""
+    stochastic = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+    return not any(isinstance(m, stochastic) for m in model.body.modules())
+
+
+@torch.no_grad()
+def compute_features(model: SplitModel, x: torch.Tensor, batch: int = 1000) -> torch.Tensor:
+    return torch.cat([model.body(x[i : i + batch]) for i in range(0, len(x), batch)]) if len(x) else model.body(x)
 
 
 def cross_entropy_loss(model: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ from typing import Literal
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ALL_PARTS, ClientData, HyperParams, State, register, select
+from pfedkit.methods.base import ClientData, HyperParams, State, register, select
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 
@@ -31,8 +31,10 @@ class FedBABU(PartSharing):
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         model = self.load(payload, self.random_head())
-        parts = ALL_PARTS if self.params.ft_parts == "all" else ("head",)
-        self.fit(model, data, round, parts=parts, epochs=self.params.ft_epochs, purpose="finetune")
+        if self.params.ft_parts == "head":
+            self.fit_head(model, data, round, epochs=self.params.ft_epochs, purpose="finetune")
+        else:
+            self.fit(model, data, round, epochs=self.params.ft_epochs, purpose="finetune")
         return model
 
     def random_head(self) -> State:

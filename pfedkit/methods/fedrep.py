@@ -18,5 +18,5 @@ class FedRep(PartSharing):
     shared = ("body",)
 
     def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
-        self.fit(model, data, round, parts=("head",), epochs=self.params.head_epochs, purpose="head")
+        self.fit_head(model, data, round, epochs=self.params.head_epochs)
         self.fit(model, data, round, parts=("body",), purpose="body")
