@@ -7,7 +7,13 @@ import numpy as np
 import torch
 
 from pfedkit.config import Config
-from pfedkit.data.partition import draw_test_like, label_counts, partition_labels, split_train_test
+from pfedkit.data.partition import (
+    draw_test_like,
+    label_counts,
+    partition_labels,
+    pfllib_min_samples,
+    split_train_test,
+)
 from pfedkit.data.sources import DataSource, load_dataset
 from pfedkit.errors import ConfigError
 from pfedkit.methods.base import ClientData
@@ -46,8 +52,8 @@ class FederatedDataset:
 
 
 def default_min_samples(config: Config, pool_size: int) -> int:
-    """PFLlib's rule: min(batch / (1 - 0.75), N / n / 2)."""
-    return int(min(config.train.batch_size / config.partition.test_fraction, pool_size / config.partition.clients / 2))
+    return pfllib_min_samples(pool_size, config.partition.clients, config.train.batch_size,
+                              train_fraction=1 - config.partition.test_fraction)
 
 
 def build_federated(config: Config, source: DataSource | None = None) -> FederatedDataset:
