@@ -164,3 +164,21 @@ def test_corrupt_mnist_file(shared_data: Path, tmp_path: Path):
     with pytest.raises(DataError, match="d53e105ee54ea40749a09fcbcd1e9432") as e:
         check_dataset("mnist", tmp_path)
     assert "ok  " in str(e.value)  # the good files are still reported
+
+
+def test_recompressed_copy_with_official_content_is_accepted(shared_data, tmp_path):
+    """Debian's dataset-fashion-mnist recompresses the .gz files: other bytes, the same content."""
+    import gzip as gz
+
+    from pfedkit.data import fetch
+
+    for rel in ("t10k-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        content = gz.decompress((shared_data / "fashion-mnist" / rel).read_bytes())
+        copy = tmp_path / "fashion-mnist" / rel
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(gz.compress(content, mtime=0))
+        assert fetch.md5_of(copy) != fetch.CHECKSUMS["fashion-mnist"][rel]
+        assert fetch.verify_file("fashion-mnist", tmp_path, rel) == copy
+        copy.write_bytes(gz.compress(content[:-1] + bytes([(content[-1] + 1) % 256]), mtime=0))  # one label changed: refused
+        with pytest.raises(DataError, match="corrupt"):
+            fetch.verify_file("fashion-mnist", tmp_path, rel)
