@@ -130,3 +130,23 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
     ckpt = torch.load(killed / "checkpoint.pt", weights_only=True)
     assert ckpt["next_round"] == 31
+
+
+class _DyingMethod:
+    """Stands in for a method whose worker is killed mid-update (as the out-of-memory killer would)."""
+
+    def local_update(self, payload, client, data, round):
+        os._exit(9)
+
+
+class _Clients:
+    def client(self, cid):
+        return cid
+
+
+def test_a_killed_worker_is_a_clear_error_not_a_hang():
+    from pfedkit.engine.workers import Executor, Task
+
+    with Executor(_DyingMethod(), _Clients(), workers=2) as executor:
+        with pytest.raises(PfedkitError, match="worker process died during round 3.*--resume"):
+            list(executor.run([Task("train", cid, 3, {}, {}, 1) for cid in range(4)]))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -15,6 +17,7 @@ import numpy as np
 import torch
 
 from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method, State
 
 # Set in the parent just before the pool forks, so workers inherit the method and the data without copies.
@@ -77,7 +80,7 @@ class Executor:
         self.pool = None
         if self.workers > 1:
             _SHARED = (method, fed)
-            self.pool = mp.get_context("fork").Pool(self.workers, initializer=_worker_init)
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"), initializer=_worker_init)
 
     def run(self, tasks: list[Task]) -> Iterator[tuple[int, Any]]:
         if self.pool is None:
@@ -89,15 +92,22 @@ class Executor:
         ordered = sorted(tasks, key=lambda t: -t.cost)  # largest first balances the workers
         for task in ordered:
             task.payload, task.client = pack(task.payload), pack(task.client)
-        for cid, result, _ in self.pool.imap_unordered(_worker_run, ordered, chunksize=1):
-            if kinds == {"train"}:
-                result = (unpack(result[0]), unpack(result[1]))
-            yield cid, result
+        futures = [self.pool.submit(_worker_run, task) for task in ordered]
+        try:
+            for future in as_completed(futures):
+                cid, result, _ = future.result()
+                if kinds == {"train"}:
+                    result = (unpack(result[0]), unpack(result[1]))
+                yield cid, result
+        except BrokenProcessPool:  # a worker was killed (often by the out-of-memory killer), not a Python error
+            raise PfedkitError(
+                f"a worker process died during round {ordered[0].round} ({ordered[0].kind}); "
+                "resume the run with --resume, and lower run.workers if memory is short"
+            ) from None
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
     def __enter__(self) -> "Executor":
