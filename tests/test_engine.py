@@ -150,3 +150,29 @@ def test_a_killed_worker_is_a_clear_error_not_a_hang():
     with Executor(_DyingMethod(), _Clients(), workers=2) as executor:
         with pytest.raises(PfedkitError, match="worker process died during round 3.*--resume"):
             list(executor.run([Task("train", cid, 3, {}, {}, 1) for cid in range(4)]))
+
+
+def test_official_test_protocol_draws_test_sets_with_each_clients_label_mix(tmp_path):
+    import numpy as np
+
+    from pfedkit.data.federated import build_federated
+
+    cfg = synthetic(eval={"protocol": "official-test"}, partition={"test_per_client": 40})
+    fed = build_federated(cfg)
+    assert fed.protocol == "official-test" and len(fed.test_y) == 300 and len(fed.train_y) == 1200
+    train_mix, test_counts = fed.label_counts("train"), fed.label_counts("test")
+    for cid in range(fed.num_clients):
+        assert test_counts[cid].sum() == 40
+        expected = 40 * train_mix[cid] / train_mix[cid].sum()
+        assert np.all(np.abs(test_counts[cid] - expected) < 1)  # largest-remainder rounding
+    summary = run_experiment(cfg, tmp_path, progress=False, fed=fed)
+    assert summary["protocol"] == "official-test"
+
+
+def test_official_test_protocol_needs_an_official_test_split():
+    from pfedkit.data.federated import build_federated
+    from pfedkit.errors import ConfigError
+
+    cfg = build_config({"data": {"dataset": "digits"}, "eval": {"protocol": "official-test"}, "model": {"name": "mlp"}})
+    with pytest.raises(ConfigError, match='protocol = "pfllib"'):
+        build_federated(cfg)
