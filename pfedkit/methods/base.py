@@ -6,8 +6,9 @@ how the server combines replies (`aggregate`), and which model is evaluated for 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +95,7 @@ class Method:
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params
         self.ctx = ctx
-        self._model: Optional[SplitModel] = None
+        self._models: dict[str, SplitModel] = {}
         self._initial: Optional[State] = None
 
     # ---- hyper-parameters ----
@@ -136,9 +137,13 @@ class Method:
     @property
     def model(self) -> SplitModel:
         """One working model per process, reused: loading a state is cheaper than building a model."""
-        if self._model is None:
-            self._model = self.ctx.model_factory()
-        return self._model
+        return self.working_model("main")
+
+    def working_model(self, slot: str) -> SplitModel:
+        """A further reusable model instance, for methods that hold several models at once (global and personal)."""
+        if slot not in self._models:
+            self._models[slot] = self.ctx.model_factory()
+        return self._models[slot]
 
     def initial_state(self) -> State:
         """The seeded initial model, identical for the server and every client."""
@@ -149,9 +154,9 @@ class Method:
             self._initial = {k: v.detach().clone() for k, v in fresh.state_dict().items()}
         return self._initial
 
-    def load(self, *states: Mapping[str, Any]) -> SplitModel:
+    def load(self, *states: Mapping[str, Any], slot: str = "main") -> SplitModel:
         """Load the model entries of the given states (later ones win); together they must cover the model."""
-        model = self.model
+        model = self.working_model(slot)
         merged: State = {}
         for state in states:
             merged.update(state)
@@ -187,9 +192,6 @@ class Method:
         cfg = self.ctx.train
         parts = tuple(parts)
         trainable = [p for n, p in model.named_parameters() if part_of(n) in parts]
-        frozen = [p for n, p in model.named_parameters() if part_of(n) not in parts and p.requires_grad]
-        for p in frozen:
-            p.requires_grad_(False)
         opt = torch.optim.SGD(
             trainable,
             lr=cfg.lr if lr is None else lr,
@@ -197,28 +199,31 @@ class Method:
             weight_decay=cfg.weight_decay if weight_decay is None else weight_decay,
         )
         loss_fn = loss_fn or cross_entropy_loss
-        gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
-        x, y, n, bs = data.train_x, data.train_y, data.num_train, cfg.batch_size
-        skip_single = n > 1 and uses_batchnorm(model)  # BatchNorm cannot train on a batch of one
+        x, y = data.train_x, data.train_y
         total, steps = 0.0, 0
         model.train()
-        try:
-            for _ in range(cfg.local_epochs if epochs is None else epochs):
-                order = torch.randperm(n, generator=gen)
-                for start in range(0, n, bs):
-                    idx = order[start : start + bs]
-                    if skip_single and idx.numel() == 1:
-                        continue
-                    loss = loss_fn(model, x[idx], y[idx])
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += loss.item()
-                    steps += 1
-        finally:
-            for p in frozen:
-                p.requires_grad_(True)
+        with frozen(p for n, p in model.named_parameters() if part_of(n) not in parts):
+            for idx in self.batches(data, round, purpose, epochs, drop_single=uses_batchnorm(model)):
+                loss = loss_fn(model, x[idx], y[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += loss.item()
+                steps += 1
         return total / max(steps, 1)
+
+    def batches(self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None,
+                drop_single: bool = False) -> Iterator[torch.Tensor]:
+        """Index batches over `epochs` shuffled passes of the client's training set, seeded by (seed, round, client, purpose)."""
+        gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
+        n, bs = data.num_train, self.ctx.train.batch_size
+        for _ in range(self.ctx.train.local_epochs if epochs is None else epochs):
+            order = torch.randperm(n, generator=gen)
+            for start in range(0, n, bs):
+                idx = order[start : start + bs]
+                if drop_single and n > 1 and idx.numel() == 1:  # BatchNorm cannot train on a batch of one
+                    continue
+                yield idx
 
     def fit_head(self, model: SplitModel, data: ClientData, round: int, *, epochs: Optional[int] = None,
                  purpose: str = "head", **sgd: Any) -> float:
@@ -230,6 +235,19 @@ class Method:
         head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
         return self.fit(head_only, replace(data, train_x=features), round, parts=("head",), epochs=epochs,
                         purpose=purpose, **sgd)
+
+
+@contextmanager
+def frozen(params: Iterable[nn.Parameter]) -> Iterator[None]:
+    """Parameters without gradients for the block (so no optimizer moves them), restored afterwards."""
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def uses_batchnorm(model: nn.Module) -> bool:

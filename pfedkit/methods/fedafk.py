@@ -1,0 +1,139 @@
+"""FedAFK (Yin & Mao, IJCNN 2025): adaptive feature aggregation and knowledge transfer.
+
+Each client keeps a personal extractor theta_i, a personal head phi_i and a scalar mu_i; only the global
+extractor travels. Per batch: (a) the received global extractor learns under the fixed random head phi_rd;
+(b) theta_i learns (1 - lambda) * CE + lambda * KL(global features || personal features) with phi_i frozen;
+(c) mu_i follows the gradient of that loss through mu * theta_i + (1 - mu) * theta_G. After each epoch
+theta_i <- mu * theta_i + (1 - mu) * theta_G, then phi_i trains one epoch on the frozen new theta_i.
+Choices the paper leaves open follow ../shared/spec/methods.md section 1.5; each is a flag below.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+from torch.func import functional_call
+
+from pfedkit.methods.base import ClientData, HyperParams, State, frozen, register, select
+from pfedkit.methods.sharing import PartSharing
+from pfedkit.models.base import SplitModel
+
+
+class FedAFKParams(HyperParams):
+    kt_weight: float = Field(0.3, ge=0, le=1, description="lambda, weight of the feature KL; paper Table 1 and Sec. 5.2 (0 = ablation w/o KT)")
+    mu_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight mu_i; paper Table 2")
+    adaptive_aggregation: bool = Field(True, description="false = ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)")
+    teacher: Literal["received", "current"] = Field("received", description="KL teacher: the received global extractor (Eq. 5; methods.md 1.5-c) or its concurrently updated copy")
+    mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (methods.md 1.3-c)")
+    mix_buffers: bool = Field(True, description="also mix BatchNorm running statistics with mu; methods.md 1.3 step 3 (recommended)")
+
+
+@torch.no_grad()
+def teacher_features(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
+    """The teacher's features in eval mode (our choice): a teacher's forward must not move BatchNorm statistics."""
+    was_training = model.training
+    model.eval()
+    features = model.body(x)
+    model.train(was_training)
+    return features
+
+
+def clip_unit(value: float, fallback: float) -> float:
+    """Project onto [0, 1] (APFL's convention); a non-finite step keeps the old value."""
+    return fallback if math.isnan(value) else min(max(value, 0.0), 1.0)
+
+
+def feature_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (methods.md 1.5-a)."""
+    return F.kl_div(F.log_softmax(student, 1), F.softmax(teacher, 1), reduction="batchmean")
+
+
+@register
+class FedAFK(PartSharing):
+    name = "fedafk"
+    summary = "adaptive mix of personal and global extractors (mu_i), feature-KL transfer, personal head"
+    Params = FedAFKParams
+    shared = ("body",)
+
+    def init_client(self, cid: int, data: ClientData) -> State:
+        # theta_i = theta_G^0 and phi_i = a trainable copy of phi_rd (methods.md 1.2).
+        mu = self.params.mu_init if self.params.adaptive_aggregation else 1.0
+        return {**self.initial_state(), "mu": mu}
+
+    def random_head(self) -> State:
+        return select(self.initial_state(), ("head",))
+
+    def personal_loss(self, personal: SplitModel, features: torch.Tensor, y: torch.Tensor,
+                      teacher: torch.Tensor | None) -> torch.Tensor:
+        lam = self.params.kt_weight
+        loss = F.cross_entropy(personal.head(features), y)
+        return loss if teacher is None else (1 - lam) * loss + lam * feature_kl(features, teacher)
+
+    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+        p, cfg = self.params, self.ctx.train
+        personal = self.load(client)
+        glob = self.load(payload, self.random_head(), slot="global")
+        snapshot = self.load(payload, self.random_head(), slot="teacher") if p.teacher == "received" else glob
+        mu = float(client["mu"])
+        sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        opt_global = torch.optim.SGD(glob.body.parameters(), **sgd)
+        opt_personal = torch.optim.SGD(personal.body.parameters(), **sgd)
+        x, y = data.train_x, data.train_y
+        for epoch in range(cfg.local_epochs):
+            glob.train()
+            personal.train()
+            # phi_rd never trains; phi_i is frozen in steps (a)-(c)
+            with frozen([*glob.head.parameters(), *personal.head.parameters()]):
+                for idx in self.batches(data, round, f"train-{epoch}", epochs=1):
+                    xb, yb = x[idx], y[idx]
+                    # (a) the global extractor under the fixed random head (Eq. 4)
+                    sup = F.cross_entropy(glob(xb), yb)
+                    opt_global.zero_grad(set_to_none=True)
+                    sup.backward()
+                    opt_global.step()
+                    # (b) the personal extractor: CE with frozen phi_i plus feature KL to the teacher (Eq. 5)
+                    teacher = teacher_features(snapshot, xb) if p.kt_weight > 0 else None
+                    total = self.personal_loss(personal, personal.body(xb), yb, teacher)
+                    opt_personal.zero_grad(set_to_none=True)
+                    total.backward()
+                    opt_personal.step()
+                    # (c) mu by the gradient of the same loss through the mixed extractor (Eq. 6), kept in [0, 1]
+                    if p.adaptive_aggregation:
+                        mu = clip_unit(mu - cfg.lr * self.mu_grad(personal, glob, mu, xb, yb, teacher), mu)
+            if p.adaptive_aggregation:
+                self.mix_into(personal, glob, mu)
+            self.fit_head(personal, data, round, epochs=1, purpose=f"head-{epoch}")  # Eq. 7 on the new theta_i
+        reply = {**self.state_of(glob, ("body",)), "num_samples": data.num_train}
+        return reply, {**self.state_of(personal), "mu": mu}
+
+    def mu_grad(self, personal: SplitModel, glob: SplitModel, mu: float, x: torch.Tensor, y: torch.Tensor,
+                teacher: torch.Tensor | None) -> float:
+        if self.params.mu_gradient == "apfl":
+            # PFLlib's APFL approximation: <theta_i - theta_G, mu * grad_i + (1 - mu) * grad_G>, with this batch's grads.
+            with torch.no_grad():
+                return sum(float(((pi - pg) * (mu * pi.grad + (1 - mu) * pg.grad)).sum())
+                           for pi, pg in zip(personal.body.parameters(), glob.body.parameters()))
+        mu_t = torch.tensor(mu, requires_grad=True)
+        mixed = {n: mu_t * pi.detach() + (1 - mu_t) * pg.detach()
+                 for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())}
+        buffers = {n: b.clone() for n, b in personal.body.named_buffers()}  # BatchNorm may update them in place
+        features = functional_call(personal.body, {**mixed, **buffers}, (x,))
+        (grad,) = torch.autograd.grad(self.personal_loss(personal, features, y, teacher), mu_t)
+        return float(grad)
+
+    def mix_into(self, personal: SplitModel, glob: SplitModel, mu: float) -> None:
+        """theta_i <- mu * theta_i + (1 - mu) * theta_G (Alg. 1 line 12); float buffers too if mix_buffers."""
+        with torch.no_grad():
+            for pi, pg in zip(personal.body.parameters(), glob.body.parameters()):
+                pi.mul_(mu).add_(pg, alpha=1 - mu)
+            if self.params.mix_buffers:
+                for bi, bg in zip(personal.body.buffers(), glob.body.buffers()):
+                    if torch.is_floating_point(bi):
+                        bi.mul_(mu).add_(bg, alpha=1 - mu)
+
+    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        return self.load(client)  # {theta_i, phi_i}; the global extractor is never used for inference

@@ -1,0 +1,130 @@
+"""FedAFK: one local round equals a hand-written computation of steps (a)-(c), the mix and the head epoch."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pfedkit.config import build_config
+from pfedkit.engine.simulation import Simulation
+from pfedkit.engine.store import read_csv
+from pfedkit.seeding import torch_generator
+from tests.conftest import make, tiny_data
+
+LR, LAM = 0.1, 0.3
+
+
+def body(x, w, b):
+    return torch.relu(x @ w.T + b)
+
+
+def head(z, w, b):
+    return z @ w.T + b
+
+
+def kl(student, teacher):
+    return (F.softmax(teacher, 1) * (F.log_softmax(teacher, 1) - F.log_softmax(student, 1))).sum(1).mean()
+
+
+def by_hand(server, client, random_head, data, seed, mu):
+    tg = [server["body.0.weight"].clone(), server["body.0.bias"].clone()]  # global extractor copy
+    ti = [client["body.0.weight"].clone(), client["body.0.bias"].clone()]  # personal extractor
+    phi = [client["head.weight"].clone(), client["head.bias"].clone()]  # personal head
+    rd = [random_head["head.weight"], random_head["head.bias"]]  # fixed random head
+    snap = [t.clone() for t in tg]  # the received extractor: the KL teacher
+    x, y = data.train_x, data.train_y
+    order = torch.randperm(8, generator=torch_generator(seed, 0, 0, "train-0"))
+    for idx in (order[:4], order[4:]):
+        xb, yb = x[idx], y[idx]
+        # (a)
+        params = [t.requires_grad_() for t in tg]
+        grads = torch.autograd.grad(F.cross_entropy(head(body(xb, *params), *rd), yb), params)
+        tg = [(t - LR * g).detach() for t, g in zip(tg, grads)]
+        # (b)
+        teacher = body(xb, *snap)
+        params = [t.requires_grad_() for t in ti]
+        z = body(xb, *params)
+        loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kl(z, teacher)
+        grads = torch.autograd.grad(loss, params)
+        ti = [(t - LR * g).detach() for t, g in zip(ti, grads)]
+        # (c)
+        m = torch.tensor(mu, dtype=torch.float64, requires_grad=True)
+        mixed = [m * a + (1 - m) * b for a, b in zip(ti, tg)]
+        z = body(xb, *mixed)
+        loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kl(z, teacher)
+        (g,) = torch.autograd.grad(loss, m)
+        mu = min(max(mu - LR * float(g), 0.0), 1.0)
+    ti = [mu * a + (1 - mu) * b for a, b in zip(ti, tg)]  # adaptive feature aggregation
+    order = torch.randperm(8, generator=torch_generator(seed, 0, 0, "head-0"))
+    for idx in (order[:4], order[4:]):  # one head epoch on the frozen new extractor
+        params = [t.requires_grad_() for t in phi]
+        grads = torch.autograd.grad(F.cross_entropy(head(body(x[idx], *ti), *params), y[idx]), params)
+        phi = [(t - LR * g).detach() for t, g in zip(phi, grads)]
+    return tg, ti, phi, mu
+
+
+def test_one_local_round_equals_the_hand_computation():
+    method = make("fedafk", seed=3, batch_size=4, lr=LR)
+    data = tiny_data(n=8)
+    server = method.init_server()
+    gen = torch.Generator().manual_seed(1)
+    client = method.init_client(0, data)
+    client = {k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
+              for k, v in client.items()}  # a client whose extractor and head differ from the global ones
+    reply, new = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
+    tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5)
+    assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(reply["body.0.bias"], tg[1], atol=1e-6)
+    assert torch.allclose(new["body.0.weight"], ti[0].float(), atol=1e-6)
+    assert torch.allclose(new["body.0.bias"], ti[1].float(), atol=1e-6)
+    assert torch.allclose(new["head.weight"], phi[0].float(), atol=1e-6)
+    assert torch.allclose(new["head.bias"], phi[1].float(), atol=1e-6)
+    assert abs(new["mu"] - mu) < 1e-6 and mu != 0.5
+
+
+def test_mu_stays_in_the_unit_interval_under_extreme_learning_rates():
+    for lr in (50.0, 1e4):
+        for mu_gradient in ("exact", "apfl"):
+            method = make("fedafk", params={"mu_gradient": mu_gradient}, batch_size=2, lr=lr)
+            data = tiny_data(n=8)
+            client = method.init_client(0, data)
+            for round in range(3):
+                _, client = method.local_update(method.init_server(), client, data, round)
+                assert 0.0 <= client["mu"] <= 1.0
+
+
+def test_without_both_parts_the_personal_model_ignores_the_global_one():
+    method = make("fedafk", params={"kt_weight": 0.0, "adaptive_aggregation": False})
+    data = tiny_data(n=8)
+    client = method.init_client(0, data)
+    assert client["mu"] == 1.0
+    server = method.init_server()
+    other = {k: torch.randn_like(v) for k, v in server.items()}
+    _, a = method.local_update(server, client, data, 0)
+    _, b = method.local_update(other, client, data, 0)
+    for k in a:
+        assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k  # trained as if alone
+    assert a["mu"] == 1.0
+
+
+def test_flags_change_the_update():
+    data = tiny_data(n=8)
+    base = make("fedafk", batch_size=4)
+    server, client = base.init_server(), base.init_client(0, data)
+    _, ref = base.local_update(server, client, data, 0)
+    for params in ({"teacher": "current"}, {"mu_gradient": "apfl"}, {"kt_weight": 0.0}):
+        _, other = make("fedafk", params=params, batch_size=4).local_update(server, client, data, 0)
+        assert not torch.equal(ref["body.0.weight"], other["body.0.weight"]) or ref["mu"] != other["mu"], params
+
+
+def test_only_the_extractor_travels(tmp_path):
+    cfg = build_config({
+        "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 100}},
+        "partition": {"clients": 4, "beta": 1.0}, "model": {"name": "mlp", "options": {"hidden": 16}},
+        "method": {"name": "fedafk"}, "train": {"rounds": 2, "batch_size": 16, "lr": 0.05},
+        "run": {"workers": 1},
+    })
+    sim = Simulation(cfg, tmp_path, progress=False)
+    extractor = sum(v.numel() for k, v in sim.method.initial_state().items() if k.startswith("body."))
+    sim.run()
+    for row in read_csv(tmp_path / "metrics.csv")[:-1]:
+        assert int(row["bytes_down"]) == 4 * extractor * 4
+        assert int(row["bytes_up"]) == 4 * (extractor * 4 + 8)  # + the sample count for weighting
