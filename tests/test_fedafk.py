@@ -128,3 +128,17 @@ def test_only_the_extractor_travels(tmp_path):
     for row in read_csv(tmp_path / "metrics.csv")[:-1]:
         assert int(row["bytes_down"]) == 4 * extractor * 4
         assert int(row["bytes_up"]) == 4 * (extractor * 4 + 8)  # + the sample count for weighting
+
+
+def test_ablation_presets_are_the_flags():
+    from pfedkit.methods import METHODS
+
+    assert METHODS["fedafk-no-afa"].Params().adaptive_aggregation is False
+    assert METHODS["fedafk-no-kt"].Params().kt_weight == 0.0
+    both = METHODS["fedafk-no-both"].Params()
+    assert both.kt_weight == 0.0 and both.adaptive_aggregation is False
+    data = tiny_data(n=8)
+    preset, flags = make("fedafk-no-both"), make("fedafk", params={"kt_weight": 0.0, "adaptive_aggregation": False})
+    server = preset.init_server()
+    a, b = preset.local_update(server, preset.init_client(0, data), data, 0), flags.local_update(server, flags.init_client(0, data), data, 0)
+    assert all(torch.equal(a[0][k], b[0][k]) for k in server)

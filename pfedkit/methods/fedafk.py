@@ -137,3 +137,38 @@ class FedAFK(PartSharing):
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(client)  # {theta_i, phi_i}; the global extractor is never used for inference
+
+
+# The paper's ablations (Table 5) as named presets of the same flags, so a comparison can list them as rows.
+class NoAFAParams(FedAFKParams):
+    adaptive_aggregation: bool = Field(False, description="ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)")
+
+
+class NoKTParams(FedAFKParams):
+    kt_weight: float = Field(0.0, ge=0, le=1, description="ablation w/o KT: lambda = 0 (paper Table 5)")
+
+
+class NoBothParams(FedAFKParams):
+    kt_weight: float = Field(0.0, ge=0, le=1, description="ablation w/o both: lambda = 0 (paper Table 5)")
+    adaptive_aggregation: bool = Field(False, description="ablation w/o both: mu fixed at 1, no mixing (paper Table 5)")
+
+
+@register
+class FedAFKNoAFA(FedAFK):
+    name = "fedafk-no-afa"
+    summary = "FedAFK without adaptive feature aggregation (Table 5)"
+    Params = NoAFAParams
+
+
+@register
+class FedAFKNoKT(FedAFK):
+    name = "fedafk-no-kt"
+    summary = "FedAFK without knowledge transfer (Table 5)"
+    Params = NoKTParams
+
+
+@register
+class FedAFKNoBoth(FedAFK):
+    name = "fedafk-no-both"
+    summary = "FedAFK without both: a standalone personal model (Table 5)"
+    Params = NoBothParams
