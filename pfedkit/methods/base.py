@@ -154,6 +154,10 @@ class Method:
             self._initial = {k: v.detach().clone() for k, v in fresh.state_dict().items()}
         return self._initial
 
+    def random_head(self) -> State:
+        """The seeded initial head: the fixed random classifier of FedBABU-style methods, identical everywhere."""
+        return select(self.initial_state(), ("head",))
+
     def load(self, *states: Mapping[str, Any], slot: str = "main") -> SplitModel:
         """Load the model entries of the given states (later ones win); together they must cover the model."""
         model = self.working_model(slot)

@@ -18,7 +18,7 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from pfedkit.methods.base import ClientData, HyperParams, State, frozen, register, select
+from pfedkit.methods.base import ClientData, HyperParams, State, frozen, register
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 
@@ -64,8 +64,6 @@ class FedAFK(PartSharing):
         mu = self.params.mu_init if self.params.adaptive_aggregation else 1.0
         return {**self.initial_state(), "mu": mu}
 
-    def random_head(self) -> State:
-        return select(self.initial_state(), ("head",))
 
     def personal_loss(self, personal: SplitModel, features: torch.Tensor, y: torch.Tensor,
                       teacher: torch.Tensor | None) -> torch.Tensor:

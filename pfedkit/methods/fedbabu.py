@@ -4,7 +4,7 @@ from typing import Literal
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register, select
+from pfedkit.methods.base import ClientData, HyperParams, State, register
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 
@@ -37,5 +37,3 @@ class FedBABU(PartSharing):
             self.fit(model, data, round, epochs=self.params.ft_epochs, purpose="finetune")
         return model
 
-    def random_head(self) -> State:
-        return select(self.initial_state(), ("head",))
