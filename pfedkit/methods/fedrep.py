@@ -7,7 +7,8 @@ from pfedkit.models.base import SplitModel
 
 
 class FedRepParams(HyperParams):
-    head_epochs: int = Field(10, ge=1, description="head epochs per round; FedRep paper Sec. 5 (10 head epochs); body epochs = train.local_epochs")
+    # Unverified against the paper text: FedRep-derived code runs local_ep=10 including local_rep_ep=1 (9 head epochs).
+    head_epochs: int = Field(10, ge=1, description="head epochs per round; our reading of FedRep Sec. 5 (its code's defaults give 9 head + 1 body); body epochs = train.local_epochs")
 
 
 @register
