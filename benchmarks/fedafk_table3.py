@@ -5,7 +5,10 @@ lr 0.005, protocol pfllib (best round, sample-weighted). Rows: FedAFK, FedAvg, F
 and the three ablations. Runs resume: an interrupted suite continues where it stopped when run again.
 
 Usage: python benchmarks/fedafk_table3.py --rounds 15 [--seeds 0] [--data-root ../shared/data]
-       [--out benchmarks/results/fedafk_table3]
+       [--out benchmarks/results/fedafk_table3] [--columns pat,dir] [--rows fedafk,fedrep] [--workers 16]
+       [--table-only]
+The table reads every finished run under --out, so columns, rows and seeds may be run in separate calls
+(on separate machines); a cell says over how many seeds it is, and "not run" where none finished.
 """
 from __future__ import annotations
 
@@ -32,20 +35,28 @@ PAPER = {
 }
 
 
-def column_config(partition: dict, rounds: int, data_root: str) -> dict:
+def column_config(partition: dict, rounds: int, data_root: str, workers: int) -> dict:
     return {
         "data": {"dataset": "mnist", "root": data_root},
         "partition": {"clients": 20, **partition},
         "model": {"name": "fedavgcnn"},
         "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005, "join_ratio": 1.0},
         "eval": {"protocol": "pfllib", "every": 1},
-        "run": {"checkpoint_every": 1},
+        "run": {"checkpoint_every": 1, "workers": workers},
     }
 
 
 def cell(values: list[float]) -> str:
+    if not values:
+        return "not run"
     mean = statistics.fmean(values)
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f} (n={len(values)})" if len(values) > 1 else f"{mean:.2f}"
+
+
+def finished(out: Path, col: str, method: str) -> list[Path]:
+    """Run folders of this cell with a summary, any seed, in seed order."""
+    return sorted((p.parent for p in (out / col / method).glob("seed*/summary.json")),
+                  key=lambda d: int(d.name.removeprefix("seed")))
 
 
 def main() -> None:
@@ -55,36 +66,49 @@ def main() -> None:
     parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
     parser.add_argument("--out", default=str(HERE / "results" / "fedafk_table3"))
     parser.add_argument("--columns", default="pat,dir")
+    parser.add_argument("--rows", default=",".join(ROWS), help="methods to run (the table shows every row)")
+    parser.add_argument("--workers", type=int, default=0, help="worker processes; 0 = one per core, at most 8")
+    parser.add_argument("--cost", default="dir:0", help="column:seed whose runs give Table 4 (one machine's timings)")
+    parser.add_argument("--table-only", action="store_true", help="write the table from finished runs, train nothing")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
     columns = [c.strip() for c in args.columns.split(",")]
-    for col in columns:
-        compare_configs(column_config(COLUMNS[col][1], args.rounds, args.data_root), list(ROWS), seeds, out / col,
-                        resume=True, title=f"FedAFK Table 3, {COLUMNS[col][0]}, {args.rounds} rounds")
+    rows = [r.strip() for r in args.rows.split(",")]
+    unknown = sorted(set(rows) - set(ROWS)) + sorted(set(columns) - set(COLUMNS))
+    if unknown:
+        parser.error(f"unknown rows or columns {unknown}; rows: {', '.join(ROWS)}; columns: {', '.join(COLUMNS)}")
+    for col in columns if not args.table_only else []:
+        compare_configs(column_config(COLUMNS[col][1], args.rounds, args.data_root, args.workers), rows, seeds,
+                        out / col, resume=True, title=f"FedAFK Table 3, {COLUMNS[col][0]}, {args.rounds} rounds")
+    columns = [c for c in COLUMNS if (out / c).is_dir()]
 
     header = "| method | " + " | ".join(f"{COLUMNS[c][0]} ours (best) | last | paper" for c in columns) + " |"
     lines = [header, "|---|" + "---|---|---|" * len(columns)]
-    seconds: dict[str, list[float]] = {}
-    traffic: dict[str, list[float]] = {}
+    rounds_run: set[int] = set()
     for method in ROWS:
         cells = []
         for col in columns:
-            summaries = [json.loads((out / col / method / f"seed{s}" / "summary.json").read_text()) for s in seeds]
+            summaries = [json.loads((d / "summary.json").read_text()) for d in finished(out, col, method)]
+            rounds_run.update(s["rounds"] for s in summaries)
             paper = PAPER[method].get(col)
             cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries]),
                       "-" if paper is None else f"{paper:.2f}"]
-            rows = [r for s in seeds for r in read_csv(out / col / method / f"seed{s}" / "metrics.csv")
-                    if float(r["train_s"]) > 0]
-            seconds.setdefault(method, []).extend(float(r["train_s"]) for r in rows)
-            traffic.setdefault(method, []).extend((int(r["bytes_down"]) + int(r["bytes_up"])) / 20 for r in rows)
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    lines += ["", f"{args.rounds} rounds (the paper: 1000), seeds {args.seeds}; protocol pfllib; accuracy in %.", ""]
+    lines += ["", f"rounds {sorted(rounds_run)} (the paper: 1000); mean ± sample std over the seeds that finished "
+              "(n); protocol pfllib; accuracy in %.", ""]
 
-    lines += ["Table 4 (cost per round on this machine, 2 worker processes, all 20 clients):", "",
+    cost_col, cost_seed = args.cost.split(":")
+    lines += [f"Table 4 (cost per round, from the {cost_col} column, seed {cost_seed}, all 20 clients):", "",
               "| method | train s/round | MB per client per round (down + up) |", "|---|---|---|"]
     for method in ("fedafk", "fedavg", "fedper", "fedrep", "apfl", "local"):
-        lines.append(f"| {method} | {statistics.fmean(seconds[method]):.1f} | {statistics.fmean(traffic[method]) / 1e6:.3f} |")
+        metrics = out / cost_col / method / f"seed{cost_seed}" / "metrics.csv"
+        if not metrics.exists():
+            continue
+        trained = [r for r in read_csv(metrics) if float(r["train_s"]) > 0]
+        seconds = statistics.fmean(float(r["train_s"]) for r in trained)
+        traffic = statistics.fmean((int(r["bytes_down"]) + int(r["bytes_up"])) / 20 for r in trained)
+        lines.append(f"| {method} | {seconds:.1f} | {traffic / 1e6:.3f} |")
     table = "\n".join(lines)
     print(table)
     atomic_write_text(out / "table.md", table + "\n")
