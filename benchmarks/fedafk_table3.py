@@ -13,12 +13,11 @@ The table reads every finished run under --out, so columns, rows and seeds may b
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 from pathlib import Path
 
-from pfedkit.engine.store import atomic_write_text, read_csv
+from pfedkit.engine.store import atomic_write_text
 from pfedkit.reports.compare import compare_configs
+from pfedkit.reports.suite import cost_table, paper_table
 
 HERE = Path(__file__).resolve().parent
 ROWS = ("fedafk", "fedavg", "fedper", "fedrep", "apfl", "local", "fedafk-no-afa", "fedafk-no-kt", "fedafk-no-both")
@@ -46,19 +45,6 @@ def column_config(partition: dict, rounds: int, data_root: str, workers: int) ->
     }
 
 
-def cell(values: list[float]) -> str:
-    if not values:
-        return "not run"
-    mean = statistics.fmean(values)
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f} (n={len(values)})" if len(values) > 1 else f"{mean:.2f}"
-
-
-def finished(out: Path, col: str, method: str) -> list[Path]:
-    """Run folders of this cell with a summary, any seed, in seed order."""
-    return sorted((p.parent for p in (out / col / method).glob("seed*/summary.json")),
-                  key=lambda d: int(d.name.removeprefix("seed")))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -83,32 +69,12 @@ def main() -> None:
                         out / col, resume=True, title=f"FedAFK Table 3, {COLUMNS[col][0]}, {args.rounds} rounds")
     columns = [c for c in COLUMNS if (out / c).is_dir()]
 
-    header = "| method | " + " | ".join(f"{COLUMNS[c][0]} ours (best) | last | paper" for c in columns) + " |"
-    lines = [header, "|---|" + "---|---|---|" * len(columns)]
-    rounds_run: set[int] = set()
-    for method in ROWS:
-        cells = []
-        for col in columns:
-            summaries = [json.loads((d / "summary.json").read_text()) for d in finished(out, col, method)]
-            rounds_run.update(s["rounds"] for s in summaries)
-            paper = PAPER[method].get(col)
-            cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries]),
-                      "-" if paper is None else f"{paper:.2f}"]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines, rounds_run = paper_table(out, {c: COLUMNS[c][0] for c in columns}, ROWS, PAPER)
     lines += ["", f"rounds {sorted(rounds_run)} (the paper: 1000); mean ± sample std over the seeds that finished "
               "(n); protocol pfllib; accuracy in %.", ""]
-
     cost_col, cost_seed = args.cost.split(":")
-    lines += [f"Table 4 (cost per round, from the {cost_col} column, seed {cost_seed}, all 20 clients):", "",
-              "| method | train s/round | MB per client per round (down + up) |", "|---|---|---|"]
-    for method in ("fedafk", "fedavg", "fedper", "fedrep", "apfl", "local"):
-        metrics = out / cost_col / method / f"seed{cost_seed}" / "metrics.csv"
-        if not metrics.exists():
-            continue
-        trained = [r for r in read_csv(metrics) if float(r["train_s"]) > 0]
-        seconds = statistics.fmean(float(r["train_s"]) for r in trained)
-        traffic = statistics.fmean((int(r["bytes_down"]) + int(r["bytes_up"])) / 20 for r in trained)
-        lines.append(f"| {method} | {seconds:.1f} | {traffic / 1e6:.3f} |")
+    lines += [f"Table 4 (cost per round, from the {cost_col} column, seed {cost_seed}, all 20 clients):", ""]
+    lines += cost_table(out, cost_col, int(cost_seed), ("fedafk", "fedavg", "fedper", "fedrep", "apfl", "local"), 20)
     table = "\n".join(lines)
     print(table)
     atomic_write_text(out / "table.md", table + "\n")

@@ -1,0 +1,71 @@
+"""Paper-table suites: many methods x columns x seeds, run in any order (even on other machines), one table.
+
+A suite's output folder holds `<column>/<method>/seed<N>/` run folders; the table reads every finished one,
+so an interrupted suite, or one whose parts ran separately, still gives a table, and a cell says how many
+seeds it averages and "not run" where none finished.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from pfedkit.engine.store import read_csv
+
+
+def cell(values: list[float]) -> str:
+    if not values:
+        return "not run"
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f} (n={len(values)})" if len(values) > 1 else f"{mean:.2f}"
+
+
+def finished_runs(column_dir: Path, method: str) -> list[Path]:
+    """Run folders of one cell that finished (have a summary), any seed, in seed order."""
+    return sorted((p.parent for p in (column_dir / method).glob("seed*/summary.json")),
+                  key=lambda d: int(d.name.removeprefix("seed")))
+
+
+def mean_of_last(run_dir: Path, k: int) -> float:
+    """Mean sample-weighted accuracy over the last k evaluated rounds (FedPAC's "final accuracy", methods.md 4.4)."""
+    accs = [float(r["acc"]) for r in read_csv(run_dir / "metrics.csv") if r.get("acc") not in (None, "")]
+    return statistics.fmean(accs[-k:])
+
+
+def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], paper: Mapping[str, Mapping[str, float]],
+                *, last_k: Optional[int] = None) -> tuple[list[str], set[int]]:
+    """Markdown lines: per column ours (best, last, and the mean of the last k rounds if asked) beside the paper's
+    number; and the set of round counts the finished runs used."""
+    per_column = ["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else []) + ["paper"]
+    header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
+                                        for c in columns for i, h in enumerate(per_column)) + " |"
+    lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
+    rounds: set[int] = set()
+    for method in rows:
+        cells = []
+        for col in columns:
+            runs = finished_runs(out / col, method)
+            summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
+            rounds.update(s["rounds"] for s in summaries)
+            cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries])]
+            if last_k:
+                cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
+            number = paper.get(method, {}).get(col)
+            cells.append("-" if number is None else f"{number:.2f}")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines, rounds
+
+
+def cost_table(out: Path, column: str, seed: int, rows: Sequence[str], clients: int) -> list[str]:
+    """Training seconds and traffic per round from one column and seed (one machine's timings)."""
+    lines = ["| method | train s/round | MB per client per round (down + up) |", "|---|---|---|"]
+    for method in rows:
+        metrics = out / column / method / f"seed{seed}" / "metrics.csv"
+        if not metrics.exists():
+            continue
+        trained = [r for r in read_csv(metrics) if float(r["train_s"]) > 0]
+        seconds = statistics.fmean(float(r["train_s"]) for r in trained)
+        traffic = statistics.fmean((int(r["bytes_down"]) + int(r["bytes_up"])) / clients for r in trained)
+        lines.append(f"| {method} | {seconds:.1f} | {traffic / 1e6:.3f} |")
+    return lines

@@ -1,0 +1,25 @@
+"""Suite tables read whatever runs finished, in any order, and say what is missing."""
+from __future__ import annotations
+
+import json
+
+from pfedkit.engine.store import atomic_write_csv
+from pfedkit.reports.suite import paper_table
+
+
+def fake_run(folder, accs, rounds):
+    folder.mkdir(parents=True)
+    rows = [{"round": i, "acc": a} for i, a in enumerate(accs)]
+    atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc"])
+    (folder / "summary.json").write_text(json.dumps({"best_acc": max(accs), "last_acc": accs[-1], "rounds": rounds}))
+
+
+def test_paper_table_averages_finished_seeds_and_marks_missing_cells(tmp_path):
+    fake_run(tmp_path / "col" / "a" / "seed0", [0.1, 0.5, 0.4], 2)
+    fake_run(tmp_path / "col" / "a" / "seed2", [0.1, 0.7, 0.6], 2)
+    (tmp_path / "col" / "a" / "seed1").mkdir()  # started, never finished: not counted
+    lines, rounds = paper_table(tmp_path, {"col": "Col"}, ["a", "b"], {"a": {"col": 65.0}}, last_k=2)
+    assert lines[0] == "| method | Col ours (best) | last | mean of last 2 | paper |"
+    assert lines[2] == "| a | 60.00 ± 14.14 (n=2) | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 |"
+    assert lines[3] == "| b | not run | not run | not run | - |"
+    assert rounds == {2}
