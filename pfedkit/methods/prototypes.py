@@ -37,16 +37,18 @@ def local_prototypes(model: SplitModel, x: torch.Tensor, y: torch.Tensor, num_cl
     return {"protos": means, "proto_counts": counts}
 
 
-def aggregate_prototypes(replies: Iterable[Mapping[str, torch.Tensor]], previous: Mapping[str, torch.Tensor] | None = None
-                         ) -> State:
-    """Count-weighted mean per class over the replies (FedPAC Eq. 11, FedProto Eq. 6).
+def aggregate_prototypes(replies: Iterable[Mapping[str, torch.Tensor]], previous: Mapping[str, torch.Tensor] | None = None,
+                         *, per_client: bool = False) -> State:
+    """Mean per class over the replies holding it: weighted by class counts (FedPAC Eq. 11, FedProto Eq. 6), or
+    one vote per client if `per_client` (PGFedSplit Eq. 4). `proto_counts` of the result sums the weights.
 
     A class no reply holds keeps its previous prototype, if any (our choice: under partial participation a class
     may be missing for a round).
     """
     replies = list(replies)
-    counts = torch.stack([r["proto_counts"] for r in replies]).sum(0)
-    weighted = sum(r["protos"] * r["proto_counts"].unsqueeze(1).to(r["protos"].dtype) for r in replies)
+    weights = [(r["proto_counts"] > 0).long() if per_client else r["proto_counts"] for r in replies]
+    counts = torch.stack(weights).sum(0)
+    weighted = sum(r["protos"] * w.unsqueeze(1).to(r["protos"].dtype) for r, w in zip(replies, weights))
     protos = weighted / counts.clamp(min=1).unsqueeze(1).to(weighted.dtype)
     if previous is not None:
         missing = counts == 0

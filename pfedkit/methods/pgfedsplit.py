@@ -1,0 +1,253 @@
+"""PGFedSplit (Kang & Song): split aggregation with an adaptive head period and Gaussian-guided head training.
+
+The representation (body) is averaged every round; heads are aggregated only when the server's counter reaches
+the period tau, and that head is broadcast at the start of the next round. A client receiving it mixes it into
+its own head with alpha_i minimizing CE of the mixed logits plus beta * gap * alpha^2 * KL on its embedding set
+(gap = rounds since its last adaptation). The head trains on local embeddings plus synthetic ones drawn from the
+server's class Gaussians; the body on CE + lambda * MSE to the global prototypes. The period moves by one step
+against the change of the mean alpha (APA). Open choices follow ../shared/spec/methods.md 3.4, each a setting.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Literal, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from scipy.optimize import minimize_scalar
+from torch import nn
+
+from pfedkit.methods.base import ClientData, HyperParams, Method, State, register, select, weighted_mean
+from pfedkit.methods.prototypes import aggregate_prototypes, eval_features, local_prototypes, prototype_mse
+from pfedkit.models.base import SplitModel
+from pfedkit.seeding import torch_generator
+
+AGG = "aggregated_head."  # the stored aggregated head, on the server and in a payload
+EPS = 1e-6
+
+
+class PGFedSplitParams(HyperParams):
+    proto_weight: float = Field(5.0, ge=0, description="lambda of Eq. 14, with MSE-mean distance (methods.md 3.4-e); paper: 5")
+    period_init: int = Field(5, ge=1, description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)")
+    period_min: int = Field(1, ge=1, description="tau_min; not given, methods.md 3.4-d: 1")
+    period_max: int = Field(20, ge=1, description="tau_max; not given, methods.md 3.4-d: 20")
+    adaptive_period: bool = Field(True, description="APA: move tau with the mean alpha; false keeps tau fixed (ablation w/o APA)")
+    gap_weight: float = Field(0.1, ge=0, description="beta, weight of the gap-scaled KL in the alpha objective; not given, methods.md 3.4-d: 0.1")
+    kd_temperature: float = Field(1.0, gt=0, description="T_KD of the alpha objective's KL; paper: 1")
+    synthetic_ratio: float = Field(0.5, ge=0, lt=1, description="r: synthetic share of the embedding set, ceil(r / (1 - r) * local) samples; paper: 0.5")
+    gaussian_augmentation: bool = Field(True, description="GAU: synthetic embeddings from the class Gaussians; false = local embeddings only (ablation w/o GAU)")
+    variance_scaling: Literal["label", "none"] = Field("label", description="gamma^2_il = (1 - q_il) / mean over present classes (methods.md 3.4-a), or 1")
+    head_epochs: Optional[int] = Field(None, ge=1, description="head epochs on the embedding set; default train.local_epochs (methods.md 3.4-f)")
+
+
+def next_period(period: int, alpha_mean: float, alpha_prev: float, low: int, high: int) -> int:
+    """tau - 1 if the mean alpha rose, + 1 if it fell, clipped to [low, high] (Alg. 1 as in methods.md 3.2)."""
+    step = -1 if alpha_mean > alpha_prev else (1 if alpha_mean < alpha_prev else 0)
+    return int(min(max(period + step, low), high))
+
+
+def minimize_on_unit_interval(objective: Callable[[float], float], grid: int = 101, tol: float = 1e-7) -> float:
+    """The minimizer of a convex function on [0, 1]: a grid, then SciPy's bounded Brent search in the grid cell
+    around the best point; the ends are candidates too, so a minimum at 0 or 1 is found exactly."""
+    points = np.linspace(0.0, 1.0, grid)
+    values = [objective(float(a)) for a in points]
+    best = int(np.argmin(values))
+    low, high = points[max(best - 1, 0)], points[min(best + 1, grid - 1)]
+    refined = minimize_scalar(objective, bounds=(low, high), method="bounded", options={"xatol": tol})
+    candidates = [(values[best], float(points[best])), (values[0], 0.0), (values[-1], 1.0)]
+    if refined.success:
+        candidates.append((float(refined.fun), float(refined.x)))
+    return min(candidates)[1]
+
+
+def variance_scales(label_shares: torch.Tensor, mode: str) -> torch.Tensor:
+    """gamma^2 per class: (1 - q_l) normalized to mean 1 over the classes the client holds (methods.md 3.4-a)."""
+    if mode == "none":
+        return torch.ones_like(label_shares)
+    present = label_shares > 0
+    spread = 1 - label_shares
+    norm = spread[present].mean()
+    return spread / norm if norm > 0 else torch.ones_like(label_shares)  # a one-class client: no scaling
+
+
+def synthetic_embeddings(label_shares: torch.Tensor, local_count: int, ratio: float, means: torch.Tensor,
+                         variances: torch.Tensor, available: torch.Tensor, scales: torch.Tensor,
+                         generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """ceil(r / (1 - r) * local) labels drawn from the client's label shares; for those with server statistics,
+    embeddings ~ N(mu_l, gamma_l^2 * diag(Sigma_l)). Labels without statistics are dropped (literal reading)."""
+    count = math.ceil(ratio / (1 - ratio) * local_count)
+    if count == 0 or not bool(available.any()):
+        return means.new_zeros(0, means.shape[1]), torch.zeros(0, dtype=torch.long)
+    labels = torch.multinomial(label_shares, count, replacement=True, generator=generator)
+    labels = labels[available[labels]]
+    noise = torch.randn(len(labels), means.shape[1], generator=generator, dtype=means.dtype)
+    std = (scales[labels].unsqueeze(1) * variances[labels]).sqrt()
+    return means[labels] + std * noise, labels
+
+
+def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -> nn.Module:
+    model.head.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+    return model.head
+
+
+@register
+class PGFedSplit(Method):
+    name = "pgfedsplit"
+    summary = "body averaged each round, heads every tau rounds (adaptive), gap-aware head mixing, Gaussian-augmented head training"
+    Params = PGFedSplitParams
+
+    # ---- state ----
+    def init_server(self) -> State:
+        C, d = self.ctx.num_classes, self.model.feature_dim
+        return {**select(self.initial_state(), ("body",)), "protos": torch.zeros(C, d),
+                "proto_counts": torch.zeros(C, dtype=torch.long), "proto_vars": torch.full((C, d), EPS),
+                "period": self.params.period_init, "counter": 0, "alpha_prev": 0.0}
+
+    def init_client(self, cid: int, data: ClientData) -> State:
+        return {**select(self.initial_state(), ("head",)), "last_adapted": 0}
+
+    def broadcast(self, server: State, round: int, cid: int) -> State:
+        keys = [k for k in server if k.startswith(("body.", AGG)) or k in ("protos", "proto_counts", "proto_vars")]
+        return {k: server[k] for k in keys}
+
+    # ---- client ----
+    def embedding_set(self, model: SplitModel, payload: State, data: ClientData, round: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Local embeddings of the received body plus synthetic ones (Eq. 15-17), built before the alpha step."""
+        local = eval_features(model, data.train_x)
+        if not self.params.gaussian_augmentation:
+            return local, data.train_y
+        shares = torch.bincount(data.train_y, minlength=self.ctx.num_classes).to(local.dtype) / data.num_train
+        z, y = synthetic_embeddings(shares, data.num_train, self.params.synthetic_ratio, payload["protos"],
+                                    payload["proto_vars"], payload["proto_counts"] > 0,
+                                    variance_scales(shares, self.params.variance_scaling),
+                                    torch_generator(self.ctx.seed, round, data.cid, "synthetic-embeddings"))
+        return torch.cat([local, z]), torch.cat([data.train_y, y])
+
+    @torch.no_grad()
+    def mixing_weight(self, model: SplitModel, payload: State, z: torch.Tensor, y: torch.Tensor, gap: int) -> float:
+        """alpha_i = argmin CE(alpha * own + (1 - alpha) * aggregated logits) + beta * gap * alpha^2 * KL (Eq. 13)."""
+        own = model.head(z)
+        aggregated = head_of(self.working_model("aggregated-head"), payload, AGG)(z)
+        T = self.params.kd_temperature
+        kl = float(F.kl_div(F.log_softmax(aggregated / T, 1), F.log_softmax(own / T, 1), log_target=True,
+                            reduction="batchmean"))  # KL(softmax(own / T) || softmax(aggregated / T))
+        penalty = self.params.gap_weight * gap * kl
+
+        def objective(alpha: float) -> float:
+            return float(F.cross_entropy(alpha * own + (1 - alpha) * aggregated, y)) + penalty * alpha**2
+
+        return minimize_on_unit_interval(objective)
+
+    def adapt_head(self, model: SplitModel, payload: State, client: State, z: torch.Tensor, y: torch.Tensor,
+                   round: int) -> Optional[float]:
+        """Mix the aggregated head into the client's head, if one came (Eq. 8); returns alpha, or None."""
+        if not any(k.startswith(AGG) for k in payload):
+            return None
+        alpha = self.mixing_weight(model, payload, z, y, gap=round - int(client["last_adapted"]))
+        with torch.no_grad():
+            for name, p in model.head.named_parameters():
+                p.mul_(alpha).add_(payload[AGG + name], alpha=1 - alpha)
+        return alpha
+
+    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+        p, cfg = self.params, self.ctx.train
+        model = self.load(payload, client)
+        z, y = self.embedding_set(model, payload, data, round)
+        alpha = self.adapt_head(model, payload, client, z, y, round)
+        head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
+        self.fit(head_only, replace(data, train_x=z, train_y=y), round, parts=("head",),
+                 epochs=p.head_epochs or cfg.local_epochs, purpose="head")
+        available = payload["proto_counts"] > 0
+        loss_fn = None
+        if bool(available.any()) and p.proto_weight > 0:
+            def loss_fn(m: SplitModel, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+                features = m.body(xb)
+                return F.cross_entropy(m.head(features), yb) + p.proto_weight * prototype_mse(features, yb, payload["protos"], available)
+        self.fit(model, data, round, parts=("body",), loss_fn=loss_fn, purpose="body")
+        reply = {**self.state_of(model), **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
+                 "num_samples": data.num_train}
+        if alpha is not None:
+            reply["alpha"] = alpha
+        last = round if alpha is not None else int(client["last_adapted"])
+        return reply, {**self.state_of(model, ("head",)), "last_adapted": last}
+
+    # ---- server ----
+    def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
+        if not replies:
+            return server
+        p = self.params
+        cids = sorted(replies)
+        new = {k: v for k, v in server.items() if not k.startswith(AGG)}  # a delivered head is not sent twice
+        new.update(weighted_mean(replies, select(server, ("body",)).keys()))
+        new.update(aggregate_prototypes((replies[c] for c in cids), previous=server, per_client=True))
+        new["proto_vars"] = self.prototype_variances([replies[c] for c in cids], server["proto_vars"])
+        alphas = [float(replies[c]["alpha"]) for c in cids if "alpha" in replies[c]]
+        if alphas:  # a head was delivered this round: APA
+            mean = sum(alphas) / len(alphas)
+            if p.adaptive_period:
+                new["period"] = next_period(int(server["period"]), mean, float(server["alpha_prev"]),
+                                            p.period_min, p.period_max)
+            new["alpha_prev"] = mean
+        new["counter"] = int(server["counter"]) + 1
+        if new["counter"] >= int(new["period"]):  # aggregate this round's heads, broadcast next round
+            heads = weighted_mean(replies, select(replies[cids[0]], ("head",)).keys())
+            new.update({AGG + k[len("head."):]: v for k, v in heads.items()})
+            new["counter"] = 0
+        return new
+
+    @staticmethod
+    def prototype_variances(replies: list[State], previous: torch.Tensor) -> torch.Tensor:
+        """Diagonal covariance of the client prototypes per class ((n - 1) denominator) + eps; the previous one
+        where fewer than two clients hold the class (methods.md 3.4-b)."""
+        variances = previous.clone()
+        stacked = torch.stack([r["protos"] for r in replies])
+        holds = torch.stack([r["proto_counts"] > 0 for r in replies])
+        for k in range(stacked.shape[1]):
+            if int(holds[:, k].sum()) >= 2:
+                variances[k] = stacked[holds[:, k], k].var(0, unbiased=True) + EPS
+        return variances
+
+    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        """{theta, phi_i} after the round's head adaptation (the PFLlib evaluate() position, methods.md 3.4-h)."""
+        model = self.load(payload, client)
+        if any(k.startswith(AGG) for k in payload):
+            z, y = self.embedding_set(model, payload, data, round)
+            self.adapt_head(model, payload, client, z, y, round)
+        return model
+
+
+class NoAPAParams(PGFedSplitParams):
+    adaptive_period: bool = Field(False, description="ablation w/o APA: tau fixed at period_init (paper Fig. 5)")
+
+
+class NoGAUParams(PGFedSplitParams):
+    gaussian_augmentation: bool = Field(False, description="ablation w/o GAU: the head trains on local embeddings only (paper Fig. 5)")
+
+
+class NoBothParams(NoAPAParams):
+    gaussian_augmentation: bool = Field(False, description="ablation w/o both: fixed period, local embeddings only (paper Fig. 5)")
+
+
+@register
+class PGFedSplitNoAPA(PGFedSplit):
+    name = "pgfedsplit-no-apa"
+    summary = "PGFedSplit with a fixed head period (Fig. 5 ablation)"
+    Params = NoAPAParams
+
+
+@register
+class PGFedSplitNoGAU(PGFedSplit):
+    name = "pgfedsplit-no-gau"
+    summary = "PGFedSplit without Gaussian augmentation of the head's training set (Fig. 5 ablation)"
+    Params = NoGAUParams
+
+
+@register
+class PGFedSplitNoBoth(PGFedSplit):
+    name = "pgfedsplit-no-both"
+    summary = "PGFedSplit without APA and without Gaussian augmentation (Fig. 5 ablation)"
+    Params = NoBothParams

@@ -1,0 +1,115 @@
+"""PGFedSplit: the period rule, synthetic embeddings, the alpha solver, the adaptation gap, missed broadcasts."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pfedkit.engine.simulation import run_experiment
+from pfedkit.methods.pgfedsplit import (
+    AGG,
+    minimize_on_unit_interval,
+    next_period,
+    synthetic_embeddings,
+    variance_scales,
+)
+from tests.conftest import make, tiny_data
+from tests.test_engine import synthetic
+
+
+def test_period_moves_against_the_mean_alpha_and_stays_clipped():
+    period, prev, seen = 5, 0.0, []
+    for alpha in (0.4, 0.6, 0.7, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.9):
+        period, prev = next_period(period, alpha, prev, low=2, high=8), alpha
+        seen.append(period)
+    # rose three times (4, 3, 2), unchanged (2), fell five times (3 .. 7), rose (6)
+    assert seen == [4, 3, 2, 2, 3, 4, 5, 6, 7, 6]
+    assert next_period(2, 0.9, 0.1, low=2, high=8) == 2 and next_period(8, 0.1, 0.9, low=2, high=8) == 8
+
+
+def test_synthetic_embeddings_follow_counts_label_shares_and_the_class_gaussians():
+    shares = torch.tensor([0.7, 0.3, 0.0])
+    means = torch.tensor([[1.0, -2.0], [5.0, 0.5], [9.0, 9.0]], dtype=torch.float64)
+    variances = torch.tensor([[0.25, 1.0], [4.0, 0.01], [1.0, 1.0]], dtype=torch.float64)
+    scales = variance_scales(shares, "label")
+    torch.testing.assert_close(scales[:2], torch.tensor([0.3, 0.7]) / 0.5)  # (1 - q) over its mean on present classes
+    z, y = synthetic_embeddings(shares, 30000, 0.5, means, variances, torch.tensor([True, True, True]),
+                                scales, torch.Generator().manual_seed(0))
+    assert len(y) == math.ceil(0.5 / 0.5 * 30000) and not bool((y == 2).any())  # labels only from held classes
+    assert abs(float((y == 0).double().mean()) - 0.7) < 0.01
+    for k in (0, 1):
+        zk = z[y == k]
+        torch.testing.assert_close(zk.mean(0), means[k], atol=0.05, rtol=0)
+        torch.testing.assert_close(zk.var(0), scales[k].double() * variances[k], atol=0.03 * float(variances[k].max() * 2), rtol=0.05)
+    z, y = synthetic_embeddings(shares, 10, 0.75, means, variances, torch.tensor([True, False, False]), scales,
+                                torch.Generator().manual_seed(1))
+    assert bool((y == 0).all()) and len(y) <= 30  # ceil(3 * 10) drawn, those without statistics dropped
+
+
+@pytest.mark.parametrize("target", [0.3, 0.0, 1.0, 0.123456, -1.0, 2.0])
+def test_alpha_solver_finds_the_minimizer_of_a_convex_function_on_the_unit_interval(target):
+    best = minimize_on_unit_interval(lambda a: (a - target) ** 2 + 0.1 * abs(a - target) ** 3)
+    assert abs(best - min(max(target, 0.0), 1.0)) < 1e-4
+
+
+def head_payload(method, server):
+    payload = method.broadcast(server, 0, 0)
+    g = torch.Generator().manual_seed(5)
+    payload[AGG + "weight"] = torch.randn(2, 3, generator=g)
+    payload[AGG + "bias"] = torch.randn(2, generator=g)
+    return payload
+
+
+def test_a_longer_gap_leans_further_toward_the_aggregated_head():
+    method = make("pgfedsplit", params={"gap_weight": 0.5})
+    data = tiny_data(n=40)
+    payload = head_payload(method, method.init_server())
+    client = method.init_client(0, data)
+    model = method.load(payload, client)
+    z, y = method.embedding_set(model, payload, data, round=10)
+    alphas = [method.mixing_weight(model, payload, z, y, gap) for gap in (1, 5, 20)]
+    assert alphas[0] > alphas[1] > alphas[2]
+    reply, after = method.local_update(payload, {**client, "last_adapted": 3}, data, round=10)
+    assert reply["alpha"] == pytest.approx(method.mixing_weight(method.load(payload, client), payload, z, y, 7))
+    assert after["last_adapted"] == 10
+
+
+def test_the_server_aggregates_heads_every_period_and_a_client_that_missed_one_gets_the_next_with_its_gap():
+    method = make("pgfedsplit", params={"period_init": 2, "adaptive_period": False})
+    data = {cid: tiny_data(cid, n=16) for cid in (0, 1)}
+    server = method.init_server()
+    clients = {cid: method.init_client(cid, data[cid]) for cid in (0, 1)}
+    alphas = {}
+    schedule = {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1)}  # client 1 misses round 2
+    for round, sampled in schedule.items():
+        replies = {}
+        for cid in sampled:
+            payload = method.broadcast(server, round, cid)
+            if any(k.startswith(AGG) for k in payload):
+                alphas[(round, cid)] = round - clients[cid]["last_adapted"]
+            replies[cid], clients[cid] = method.local_update(payload, clients[cid], data[cid], round)
+            assert ("alpha" in replies[cid]) == ((round, cid) in alphas)
+        server = method.aggregate(server, replies, round)
+    # heads aggregated after rounds 1 and 3, so broadcast in rounds 2 and 4; client 1 missed round 2
+    assert alphas == {(2, 0): 2, (4, 0): 2, (4, 1): 4}
+    assert clients[1]["last_adapted"] == 4
+
+
+def test_apa_moves_the_period_only_in_rounds_where_a_head_was_delivered():
+    method = make("pgfedsplit", params={"period_init": 3})
+    server = {**method.init_server(), "alpha_prev": 0.5, "counter": 1}
+    reply = {"body.0.weight": torch.zeros(3, 4), "body.0.bias": torch.zeros(3), "head.weight": torch.zeros(2, 3),
+             "head.bias": torch.zeros(2), "protos": torch.zeros(2, 3), "proto_counts": torch.tensor([1, 1]),
+             "num_samples": 4}
+    assert method.aggregate(server, {0: reply}, 7)["period"] == 3  # no alpha came back: unchanged
+    after = method.aggregate(server, {0: {**reply, "alpha": 0.8}, 1: {**reply, "alpha": 0.6}}, 7)
+    assert after["period"] == 2 and after["alpha_prev"] == pytest.approx(0.7)
+    assert after["counter"] == 0 and AGG + "weight" in after  # counter 2 reached the new period 2
+
+
+@pytest.mark.parametrize("name", ["pgfedsplit", "pgfedsplit-no-both"])
+def test_pgfedsplit_runs_through_the_engine(tmp_path, name):
+    summary = run_experiment(synthetic(method={"name": name, "period_init": 2}, train={"rounds": 6}), tmp_path,
+                             progress=False)
+    assert summary["last_acc"] > 0.5
