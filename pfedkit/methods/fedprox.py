@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from pfedkit.methods.base import ClientData, HyperParams, State, register
-from pfedkit.methods.fedavg import FedAvg
+from pfedkit.methods.fedavg import FedAvg, FedAvgFT
 from pfedkit.models.base import SplitModel
 
 
@@ -27,3 +27,15 @@ class FedProx(FedAvg):
             return F.cross_entropy(m(x), y) + half_mu * proximal
 
         self.fit(model, data, round, loss_fn=loss_fn)
+
+
+class FedProxFTParams(FedProxParams):
+    ft_epochs: int = Field(1, ge=1, description="local fine-tuning epochs before evaluation; our choice (PGFedSplit uses 25 after the last round)")
+
+
+@register
+class FedProxFT(FedProx):
+    name = "fedprox-ft"
+    summary = "FedProx, with the global model fine-tuned on each client's training data before evaluation"
+    Params = FedProxFTParams
+    personalized_model = FedAvgFT.personalized_model

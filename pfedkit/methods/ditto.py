@@ -1,0 +1,45 @@
+"""Ditto (Li, Hu, Beirami & Smith, ICML 2021): a global model trained as FedAvg, and per client a personal model
+trained on its own loss plus lambda/2 * ||v - w||^2 to the global model it received. The personal model is
+evaluated; only the global model travels."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.sharing import PartSharing
+from pfedkit.models.base import SplitModel
+
+
+class DittoParams(HyperParams):
+    prox_weight: float = Field(0.1, gt=0, description="lambda of the personal objective; our choice in the Ditto paper's grid {0.05, 0.1, 0.2, 0.5, 1, 2}")
+    personal_epochs: int = Field(1, ge=1, description="epochs on the personal model per round; our choice, as PFLlib (the paper runs as many as the global)")
+
+
+@register
+class Ditto(PartSharing):
+    name = "ditto"
+    summary = "global model by FedAvg; personal model with a proximal term to the received global model"
+    Params = DittoParams
+    shared = ("body", "head")
+
+    def init_client(self, cid: int, data: ClientData) -> State:
+        return dict(self.initial_state())  # the personal model v_i
+
+    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+        personal = self.load(client, slot="personal")
+        anchors = [(p, payload[name]) for name, p in personal.named_parameters()]  # the received global w^t
+        half = self.params.prox_weight / 2
+
+        def personal_loss(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(m(x), y) + half * sum((p - w).pow(2).sum() for p, w in anchors)
+
+        self.fit(personal, data, round, epochs=self.params.personal_epochs, loss_fn=personal_loss, purpose="personal")
+        glob = self.load(payload)
+        self.fit(glob, data, round)
+        return {**self.state_of(glob), "num_samples": data.num_train}, self.state_of(personal)
+
+    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        return self.load(client, slot="personal")

@@ -1,0 +1,78 @@
+"""The papers' further baselines, each checked for what makes it itself on a tiny model, by hand."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pfedkit.methods.fedrod import TwoHeads
+from tests.conftest import make, tiny_data
+
+LR = 0.1
+
+
+def forward(params, x):
+    z = torch.relu(x @ params["body.0.weight"].T + params["body.0.bias"])
+    return z, z @ params["head.weight"].T + params["head.bias"]
+
+
+def sgd(params, loss):
+    grads = torch.autograd.grad(loss, list(params.values()))
+    return {k: (v - LR * g).detach() for (k, v), g in zip(params.items(), grads)}
+
+
+def leaf(state):
+    return {k: v.clone().requires_grad_() for k, v in state.items()}
+
+
+def test_ditto_personal_step_is_proximal_to_the_received_global_model_and_the_global_step_is_fedavg():
+    method = make("ditto", params={"prox_weight": 0.8}, batch_size=8, lr=LR)
+    data, server = tiny_data(n=8), method.init_server()
+    g = torch.Generator().manual_seed(3)
+    personal = {k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in server.items()}
+    reply, after = method.local_update(server, personal, data, round=0)
+    v = leaf(personal)
+    prox = sum((v[k] - server[k]).pow(2).sum() for k in v)
+    expected_personal = sgd(v, F.cross_entropy(forward(v, data.train_x)[1], data.train_y) + 0.4 * prox)
+    w = leaf(server)
+    expected_global = sgd(w, F.cross_entropy(forward(w, data.train_x)[1], data.train_y))
+    for k in server:
+        torch.testing.assert_close(after[k], expected_personal[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(reply[k], expected_global[k], atol=1e-6, rtol=0)
+    evaluated = method.personalized_model(after, server, data, 1)
+    assert torch.equal(evaluated.state_dict()["head.weight"], after["head.weight"])  # the personal model
+
+
+def test_fedrod_generic_head_sees_the_balanced_softmax_and_the_personal_head_detached_features():
+    method = make("fedrod", batch_size=8, lr=LR)
+    data, server = tiny_data(n=8), method.init_server()
+    data.train_y[:2] = 1 - data.train_y[:2]  # make both classes present in unequal numbers
+    client = method.init_client(0, data)
+    reply, after = method.local_update(server, client, data, round=0)
+    counts = torch.bincount(data.train_y, minlength=2).float()
+    assert counts[0] != counts[1]
+    w = leaf(server)
+    z, logits = forward(w, data.train_x)
+    expected = sgd(w, F.cross_entropy(logits + counts.log(), data.train_y))
+    for k in server:
+        torch.testing.assert_close(reply[k], expected[k], atol=1e-6, rtol=0)
+    p = {"w": client["personal_head.weight"].clone().requires_grad_(), "b": client["personal_head.bias"].clone().requires_grad_()}
+    loss = F.cross_entropy(logits.detach() + z.detach() @ p["w"].T + p["b"], data.train_y)
+    gw, gb = torch.autograd.grad(loss, [p["w"], p["b"]])
+    torch.testing.assert_close(after["personal_head.weight"], (p["w"] - LR * gw).detach(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(after["personal_head.bias"], (p["b"] - LR * gb).detach(), atol=1e-6, rtol=0)
+    model = method.personalized_model(after, reply, data, 1)
+    assert isinstance(model, TwoHeads)
+    with torch.no_grad():
+        zz, generic = forward(reply, data.test_x)
+        torch.testing.assert_close(model(data.test_x), generic + zz @ after["personal_head.weight"].T + after["personal_head.bias"])
+    assert not any(k.startswith("personal") for k in reply)  # the personal head never travels
+
+
+def test_fedprox_ft_trains_as_fedprox_and_fine_tunes_for_evaluation():
+    method, prox, avg = make("fedprox-ft", params={"mu": 1.0}), make("fedprox", params={"mu": 1.0}), make("fedavg")
+    data, server = tiny_data(), method.init_server()
+    reply, _ = method.local_update(server, {}, data, 0)
+    assert torch.equal(reply["head.weight"], prox.local_update(server, {}, data, 0)[0]["head.weight"])
+    assert not torch.allclose(reply["head.weight"], avg.local_update(server, {}, data, 0)[0]["head.weight"])
+    tuned = method.personalized_model({}, server, data, 0)
+    assert any(not torch.equal(tuned.state_dict()[k], server[k]) for k in server)
