@@ -76,3 +76,40 @@ def test_fedprox_ft_trains_as_fedprox_and_fine_tunes_for_evaluation():
     assert not torch.allclose(reply["head.weight"], avg.local_update(server, {}, data, 0)[0]["head.weight"])
     tuned = method.personalized_model({}, server, data, 0)
     assert any(not torch.equal(tuned.state_dict()[k], server[k]) for k in server)
+
+
+def test_fedala_mixes_higher_layers_by_learned_weights_and_takes_lower_layers_from_the_global_model():
+    method = make("fedala", params={"eta": 2.0, "sample_percent": 100}, batch_size=8, lr=LR)
+    data, server = tiny_data(n=8), method.init_server()
+    g = torch.Generator().manual_seed(4)
+    local = {k: v + 0.5 * torch.randn(v.shape, generator=g) for k, v in server.items()}
+    start = {k: torch.rand(v.shape, generator=g) for k, v in server.items() if k.startswith("head")}
+    client = {**local, **{"ala_weight." + k: w for k, w in start.items()}, "first_phase": 0}
+    model, extra = method.adapt(server, client, data, round=3)
+    # by hand: theta_hat = theta_i + (theta_G - theta_i) * W on the head; one batch of all 8 samples
+    p = {k: server[k].clone() for k in ("body.0.weight", "body.0.bias")}
+    p.update({k: (local[k] + (server[k] - local[k]) * start[k]).requires_grad_() for k in start})
+    loss = F.cross_entropy(forward(p, data.train_x)[1], data.train_y)
+    grads = dict(zip(start, torch.autograd.grad(loss, [p[k] for k in start])))
+    for k in start:
+        expected_w = (start[k] - 2.0 * grads[k] * (server[k] - local[k])).clamp(0, 1)
+        torch.testing.assert_close(extra["ala_weight." + k], expected_w, atol=1e-6, rtol=0)
+        torch.testing.assert_close(model.state_dict()[k], local[k] + (server[k] - local[k]) * expected_w, atol=1e-6, rtol=0)
+    for k in ("body.0.weight", "body.0.bias"):
+        assert torch.equal(model.state_dict()[k], server[k])
+    assert bool(((extra["ala_weight.head.weight"] > 0) & (extra["ala_weight.head.weight"] < 1)).any())
+
+
+def test_fedala_weights_stay_with_their_client_and_never_travel():
+    method = make("fedala")
+    server = method.init_server()
+    clients = {cid: {**method.init_client(cid, tiny_data(cid)), **{k: v + 0.3 * (cid + 1) for k, v in server.items()}}
+               for cid in (0, 1)}
+    replies, after = {}, {}
+    for cid in (0, 1):
+        replies[cid], after[cid] = method.local_update(server, clients[cid], tiny_data(cid), round=1)
+        assert not any(k.startswith("ala_weight") for k in replies[cid])
+        assert after[cid]["first_phase"] == 0  # the first phase ran, to its stop rule or cap, and is over
+    assert not torch.equal(after[0]["ala_weight.head.weight"], after[1]["ala_weight.head.weight"])
+    again, _ = method.local_update(server, clients[0], tiny_data(0), round=1)  # client 1's update left client 0 as it was
+    assert torch.equal(again["head.weight"], replies[0]["head.weight"])
