@@ -113,3 +113,58 @@ def test_fedala_weights_stay_with_their_client_and_never_travel():
     assert not torch.equal(after[0]["ala_weight.head.weight"], after[1]["ala_weight.head.weight"])
     again, _ = method.local_update(server, clients[0], tiny_data(0), round=1)  # client 1's update left client 0 as it was
     assert torch.equal(again["head.weight"], replies[0]["head.weight"])
+
+
+def test_pfedme_inner_problem_local_step_and_server_mixing_by_hand():
+    method = make("pfedme", params={"reg": 2.0, "inner_steps": 2, "personal_lr": 0.05, "beta": 0.5}, batch_size=8, lr=LR)
+    data, server = tiny_data(n=8), method.init_server()
+    reply, personal = method.local_update(server, method.init_client(0, data), data, round=0)
+    theta = {k: v.clone() for k, v in server.items()}
+    for _ in range(2):  # K inner steps on CE + lambda/2 ||theta - w||^2 from theta = w
+        t = leaf(theta)
+        loss = F.cross_entropy(forward(t, data.train_x)[1], data.train_y) + 1.0 * sum((t[k] - server[k]).pow(2).sum() for k in t)
+        grads = torch.autograd.grad(loss, list(t.values()))
+        theta = {k: (v - 0.05 * g).detach() for (k, v), g in zip(t.items(), grads)}
+    for k in server:
+        torch.testing.assert_close(personal[k], theta[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(reply[k], server[k] - LR * 2.0 * (server[k] - theta[k]), atol=1e-6, rtol=0)
+    mixed = method.aggregate(server, {0: reply}, 0)
+    for k in server:  # beta 0.5: halfway between the old global model and the clients' mean
+        torch.testing.assert_close(mixed[k], 0.5 * server[k] + 0.5 * reply[k])
+    assert not torch.equal(make("pfedme").aggregate(server, {0: reply}, 0)["head.weight"], server["head.weight"])
+
+
+def per_fedavg_by_hand(server, data, order, variant, alpha, beta, delta=1e-3):
+    def grad(params, idx):
+        p = leaf(params)
+        return dict(zip(p, torch.autograd.grad(F.cross_entropy(forward(p, data.train_x[idx])[1], data.train_y[idx]), list(p.values()))))
+
+    b1, b2, b3 = order[:4], order[4:8], order[8:12]
+    inner = {k: v - alpha * g for (k, v), g in zip(server.items(), grad(server, b1).values())}
+    meta = grad(inner, b2)
+    if variant == "hf":
+        plus = grad({k: server[k] + delta * meta[k] for k in server}, b3)
+        minus = grad({k: server[k] - delta * meta[k] for k in server}, b3)
+        meta = {k: meta[k] - alpha * (plus[k] - minus[k]) / (2 * delta) for k in server}
+    return {k: server[k] - beta * meta[k] for k in server}
+
+
+def test_per_fedavg_fo_and_hf_meta_steps_equal_hand_computation_and_evaluation_adapts_once():
+    from pfedkit.seeding import torch_generator
+
+    for variant, n in (("fo", 8), ("hf", 12)):
+        method = make("per-fedavg", params={"variant": variant, "alpha": 0.05, "beta": 0.2}, batch_size=4, lr=LR)
+        data, server = tiny_data(n=n), method.init_server()
+        reply, _ = method.local_update(server, {}, data, round=0)
+        order = torch.randperm(n, generator=torch_generator(0, 0, 0, "train"))
+        expected = per_fedavg_by_hand(server, data, order, variant, 0.05, 0.2)
+        for k in server:
+            torch.testing.assert_close(reply[k], expected[k], atol=1e-5, rtol=0)
+    method = make("per-fedavg", params={"alpha": 0.05}, batch_size=4)
+    data, server = tiny_data(n=8), method.init_server()
+    adapted = method.personalized_model({}, server, data, round=2)
+    idx = torch.randperm(8, generator=torch_generator(0, 2, 0, "adapt"))[:4]
+    p = leaf(server)
+    grads = torch.autograd.grad(F.cross_entropy(forward(p, data.train_x[idx])[1], data.train_y[idx]), list(p.values()))
+    for (k, v), g in zip(server.items(), grads):
+        torch.testing.assert_close(adapted.state_dict()[k], v - 0.05 * g, atol=1e-6, rtol=0)

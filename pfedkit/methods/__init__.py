@@ -1,6 +1,7 @@
 """Every method registers itself here by import; `METHODS` maps names to classes."""
 from pfedkit.methods import (  # noqa: F401
     apfl, ditto, fedafk, fedala, fedavg, fedbabu, fedgh, fedpac, fedper, fedproto, fedprox, fedrep, fedrod, lg_fedavg, local,
+    perfedavg, pfedme,
     pgfedsplit,
 )
 from pfedkit.methods.base import METHODS, Method
