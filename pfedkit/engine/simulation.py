@@ -1,10 +1,11 @@
 """The single round loop: sample, broadcast, local updates, aggregate, evaluate, record, checkpoint."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 from tqdm import tqdm
@@ -44,9 +45,14 @@ def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: 
 
 
 def make_method(config: Config, fed: FederatedDataset) -> Method:
+    return build_method(config, fed.input_shape, fed.num_classes)
+
+
+def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int) -> Method:
+    """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
     cls = registry.method_class(config.method.name)
     params = cls.validate_params(config.method_params())
-    factory = functools.partial(build_model, config.model.name, fed.input_shape, fed.num_classes, **config.model.options)
+    factory = functools.partial(build_model, config.model.name, tuple(input_shape), num_classes, **config.model.options)
     train = TrainSettings(
         local_epochs=config.train.local_epochs,
         batch_size=config.train.batch_size,
@@ -54,19 +60,26 @@ def make_method(config: Config, fed: FederatedDataset) -> Method:
         momentum=config.train.momentum,
         weight_decay=config.train.weight_decay,
     )
-    return cls(params, MethodContext(factory, train, fed.num_classes, config.run.seed))
+    return cls(params, MethodContext(factory, train, num_classes, config.run.seed))
 
 
-class Simulation:
-    """One run of one method; `run()` goes from the last checkpoint (or round 0) to the end."""
+class RoundLoop:
+    """A run seen from the server: rounds, sampling, payloads, aggregation, metrics, checkpoints, results.
 
-    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                 fed: Optional[FederatedDataset] = None):
+    Subclasses say where clients run: `evaluate_clients` and `train_clients` (in this process for the
+    simulation, on remote nodes for Flower). A subclass sets `self.method` and `self.num_clients`, then
+    calls `start(resume)`.
+    """
+
+    columns: tuple[str, ...] = METRIC_COLUMNS
+    method: Method
+    num_clients: int
+
+    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True):
         self.config, self.out, self.progress = config, Path(out), progress
         self._prepare_out_dir(resume)
-        self.fed = fed or build_federated(config)
-        self.method = make_method(config, self.fed)
-        self.clients: dict[int, State] = {}
+
+    def start(self, resume: bool) -> None:
         ckpt = load_checkpoint(self.out) if resume else None
         if ckpt is None:
             self.server = self.method.init_server()
@@ -74,8 +87,9 @@ class Simulation:
             self.client_rows: list[dict[str, Any]] = []
             self.next_round = 0
         else:
-            self.server, self.clients = ckpt["server"], {int(k): v for k, v in ckpt["clients"].items()}
+            self.server = ckpt["server"]
             self.rows, self.client_rows, self.next_round = ckpt["rows"], ckpt["client_rows"], ckpt["next_round"]
+            self.restore(ckpt)
 
     def _prepare_out_dir(self, resume: bool) -> None:
         saved = self.out / "config.toml"
@@ -90,61 +104,78 @@ class Simulation:
         self.out.mkdir(parents=True, exist_ok=True)
         save_config(self.config, saved)
 
-    def client_state(self, cid: int) -> State:
-        if cid not in self.clients:
-            self.clients[cid] = self.method.init_client(cid, self.fed.client(cid))
-        return self.clients[cid]
+    # ---- where clients run; subclasses implement these ----
+    def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
+        raise NotImplementedError
 
-    def evaluate(self, executor: Executor, round: int) -> dict[str, Any]:
-        cost = self.fed.test_sizes() + self.fed.train_sizes()  # fine-tuning methods touch the train split too
-        tasks = [
-            Task("eval", cid, round, self.method.broadcast(self.server, round, cid), self.client_state(cid), int(cost[cid]))
-            for cid in range(self.fed.num_clients)
-        ]
-        per_client = dict(executor.run(tasks))
+    def train_clients(self, round: int, payloads: dict[int, State]) -> dict[int, State]:
+        raise NotImplementedError
+
+    def session(self) -> contextlib.AbstractContextManager:
+        """Resources held for the whole run (a worker pool)."""
+        return contextlib.nullcontext()
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        """Read the subclass's own part of a checkpoint."""
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {}
+
+    # ---- the round logic shared by every engine ----
+    def payloads(self, round: int, cids: list[int]) -> dict[int, State]:
+        return {cid: self.method.broadcast(self.server, round, cid) for cid in cids}
+
+    def sample(self, round: int) -> list[int]:
+        return sample_clients(self.num_clients, self.config.train.join_ratio, self.config.run.seed, round)
+
+    def record_evaluation(self, round: int, per_client: dict[int, tuple[int, float, int]]) -> dict[str, Any]:
         for cid in sorted(per_client):
             correct, _, n = per_client[cid]
             self.client_rows.append({"round": round, "client": cid, "correct": correct, "n_test": n,
                                      "acc": correct / n if n else None})
         return summarize_round(per_client)
 
-    def train(self, executor: Executor, round: int) -> dict[str, Any]:
-        cfg = self.config
-        sampled = sample_clients(self.fed.num_clients, cfg.train.join_ratio, cfg.run.seed, round)
-        sizes = self.fed.train_sizes()
-        tasks = [Task("train", cid, round, self.method.broadcast(self.server, round, cid), self.client_state(cid),
-                      int(sizes[cid])) for cid in sampled]
-        bytes_down = sum(message_bytes(t.payload) for t in tasks)
-        replies: dict[int, State] = {}
-        for cid, (reply, client) in executor.run(tasks):
-            replies[cid] = reply
-            self.clients[cid] = client
+    def apply_replies(self, round: int, payloads: dict[int, State], replies: dict[int, State]) -> dict[str, Any]:
+        """Aggregate the replies that arrived; bytes down count every payload sent."""
         self.server = self.method.aggregate(self.server, replies, round)
-        return {"bytes_down": bytes_down, "bytes_up": sum(message_bytes(r) for r in replies.values()),
-                "clients_trained": len(replies)}
+        return {"bytes_down": sum(message_bytes(p) for p in payloads.values()),
+                "bytes_up": sum(message_bytes(r) for r in replies.values()), "clients_trained": len(replies)}
+
+    def evaluate(self, round: int) -> dict[str, Any]:
+        return self.record_evaluation(round, self.evaluate_clients(round, self.payloads(round, list(range(self.num_clients)))))
+
+    def train(self, round: int) -> dict[str, Any]:
+        payloads = self.payloads(round, self.sample(round))
+        return self.apply_replies(round, payloads, self.train_clients(round, payloads))
+
+    def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
+        """Evaluate at the start of the round, after broadcast (PFLlib), then train the sampled clients."""
+        row: dict[str, Any] = {}
+        if evaluate:
+            start = time.perf_counter()
+            row.update(self.evaluate(round))
+            row["eval_s"] = time.perf_counter() - start
+        if train:
+            start = time.perf_counter()
+            row.update(self.train(round))
+            row["train_s"] = time.perf_counter() - start
+        return row
 
     def run(self) -> dict[str, Any]:
         cfg = self.config
         rounds = cfg.train.rounds
         bar = tqdm(total=rounds + 1, initial=self.next_round, disable=not self.progress, unit="round",
                    desc=f"{cfg.method.name}", dynamic_ncols=True)
-        with Executor(self.method, self.fed, cfg.run.workers) as executor:
+        with self.session():
             for round in range(self.next_round, rounds + 1):
                 row: dict[str, Any] = {"round": round, "acc": None, "acc_client_mean": None, "loss": None,
                                        "train_s": 0.0, "eval_s": 0.0, "bytes_down": 0, "bytes_up": 0,
                                        "clients_trained": 0}
-                # Evaluate at the start of the round, after broadcast (PFLlib); round R is evaluation only.
-                if round % cfg.eval.every == 0 or round == rounds:
-                    start = time.perf_counter()
-                    row.update(self.evaluate(executor, round))
-                    row["eval_s"] = time.perf_counter() - start
-                if round < rounds:
-                    start = time.perf_counter()
-                    row.update(self.train(executor, round))
-                    row["train_s"] = time.perf_counter() - start
+                # Round R (the last) is evaluation only.
+                row.update(self.play_round(round, round % cfg.eval.every == 0 or round == rounds, round < rounds))
                 self.rows.append(row)
                 self.next_round = round + 1
-                atomic_write_csv(self.out / "metrics.csv", self.rows, METRIC_COLUMNS)
+                atomic_write_csv(self.out / "metrics.csv", self.rows, self.columns)
                 if self.next_round % cfg.run.checkpoint_every == 0 or round == rounds:
                     self.checkpoint()
                 bar.set_postfix_str(self._postfix(row))
@@ -158,8 +189,8 @@ class Simulation:
 
     def checkpoint(self) -> None:
         save_checkpoint(self.out, {
-            "next_round": self.next_round, "server": self.server, "clients": self.clients,
-            "rows": self.rows, "client_rows": self.client_rows, "config": self.config.to_dict(),
+            "next_round": self.next_round, "server": self.server, "rows": self.rows,
+            "client_rows": self.client_rows, "config": self.config.to_dict(), **self.checkpoint_extra(),
         })
 
     def finish(self) -> dict[str, Any]:
@@ -170,7 +201,7 @@ class Simulation:
         summary = {
             "method": cfg.method.name, "dataset": cfg.data.dataset, "model": cfg.model.name,
             "protocol": cfg.eval.protocol, "seed": cfg.run.seed, "rounds": cfg.train.rounds,
-            "clients": self.fed.num_clients,
+            "clients": self.num_clients,
             **summarize_run(self.rows),
             "train_s": sum(r["train_s"] for r in self.rows), "eval_s": sum(r["eval_s"] for r in self.rows),
             "bytes_down": sum(r["bytes_down"] for r in self.rows), "bytes_up": sum(r["bytes_up"] for r in self.rows),
@@ -178,6 +209,55 @@ class Simulation:
         atomic_write_json(self.out / "summary.json", summary)
         save_curves({cfg.method.name: self.rows}, self.out / "curves.png", title=f"{cfg.method.name} on {cfg.data.dataset}")
         return summary
+
+
+class Simulation(RoundLoop):
+    """One run of one method with every client in this process (or its worker pool); `run()` goes from the
+    last checkpoint (or round 0) to the end."""
+
+    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
+                 fed: Optional[FederatedDataset] = None):
+        super().__init__(config, out, resume=resume, progress=progress)
+        self.fed = fed or build_federated(config)
+        self.num_clients = self.fed.num_clients
+        self.method = make_method(config, self.fed)
+        self.clients: dict[int, State] = {}
+        self.executor: Optional[Executor] = None
+        self.start(resume)
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        self.clients = {int(k): v for k, v in ckpt["clients"].items()}
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {"clients": self.clients}
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with Executor(self.method, self.fed, self.config.run.workers) as executor:
+            self.executor = executor
+            try:
+                yield
+            finally:
+                self.executor = None
+
+    def client_state(self, cid: int) -> State:
+        if cid not in self.clients:
+            self.clients[cid] = self.method.init_client(cid, self.fed.client(cid))
+        return self.clients[cid]
+
+    def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
+        cost = self.fed.test_sizes() + self.fed.train_sizes()  # fine-tuning methods touch the train split too
+        tasks = [Task("eval", cid, round, payload, self.client_state(cid), int(cost[cid])) for cid, payload in payloads.items()]
+        return dict(self.executor.run(tasks))
+
+    def train_clients(self, round: int, payloads: dict[int, State]) -> dict[int, State]:
+        sizes = self.fed.train_sizes()
+        tasks = [Task("train", cid, round, payload, self.client_state(cid), int(sizes[cid])) for cid, payload in payloads.items()]
+        replies: dict[int, State] = {}
+        for cid, (reply, client) in self.executor.run(tasks):
+            replies[cid] = reply
+            self.clients[cid] = client
+        return replies
 
 
 def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
