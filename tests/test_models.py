@@ -39,7 +39,8 @@ SUPPORTED = [
 
 
 def test_names_and_options():
-    assert MODEL_NAMES == ("fedavgcnn", "fedpac-fmnist", "fedpac-cifar", "resnet18", "mlp", "smallcnn")
+    assert MODEL_NAMES == ("fedavgcnn", "fedpac-fmnist", "fedpac-cifar", "resnet18", "mlp", "smallcnn",
+                           "resnet18-adapter", "small-resnet-adapter")
     assert model_options("resnet18") == {"stem": "imagenet"}
     assert model_options("mlp") == {"hidden": 128}
     assert all(model_options(n) == {} for n in ("fedavgcnn", "fedpac-fmnist", "fedpac-cifar", "smallcnn"))

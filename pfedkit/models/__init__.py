@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Callable
 
 from pfedkit.errors import ConfigError
-from pfedkit.models import cnn, resnet
+from pfedkit.models import adapters, cnn, resnet
 from pfedkit.models.base import SplitModel
 
 # name -> (builder, {option: default}); options are passed to the builder as keywords.
@@ -15,6 +15,12 @@ _MODELS: dict[str, tuple[Callable[..., SplitModel], dict[str, object]]] = {
     "resnet18": (resnet.resnet18, {"stem": "imagenet"}),
     "mlp": (cnn.mlp, {"hidden": 128}),
     "smallcnn": (cnn.smallcnn, {}),
+    "resnet18-adapter": (adapters.resnet18_adapter, {"stem": "imagenet", "adapters": True, "dropout": 0.3,
+                                                     "pretrained": "", "pretrained_bn_stats": False}),
+    "small-resnet-adapter": (adapters.small_resnet_adapter, {"widths": (8, 16, 32, 64), "blocks": 1, "stem_stride": 2,
+                                                             "adapters": True,
+                                                             "dropout": 0.3, "pretrained": "",
+                                                             "pretrained_bn_stats": False}),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
