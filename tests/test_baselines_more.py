@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -52,3 +53,72 @@ def test_fedamp_regularizer_carries_gradient_and_the_step_equals_a_hand_computat
     assert any(not torch.allclose(after[k], plain[k], atol=1e-4) for k in own)  # the regularizer moved the update
     evaluated = method.personalized_model(after, cloud, data, 1)
     assert torch.equal(evaluated.state_dict()["head.weight"], after["head.weight"])  # w_i is evaluated, not u_i
+
+
+def val_loss_by_hand(state, x, y):
+    with torch.no_grad():
+        return float(F.cross_entropy(forward(state, x)[1], y))
+
+
+def test_fedfomo_weights_by_hand_and_a_model_that_worsens_validation_loss_gets_weight_zero():
+    method = make("fedfomo", batch_size=4, lr=LR)
+    data = tiny_data(n=20)
+    own = method.init_client(0, data)
+    train, vx, vy = method.split(data)
+    assert len(vy) == 4 and train.num_train == 16
+    better = dict(own)
+    for _ in range(20):  # descend on the validation data: a model that helps this client
+        w = leaf(better)
+        better = sgd(w, F.cross_entropy(forward(w, vx)[1], vy))
+    halfway = {k: (own[k] + better[k]) / 2 for k in own}
+    worse = dict(own)
+    for _ in range(20):  # ascend on it: a model that hurts this client
+        w = leaf(worse)
+        worse = sgd(w, -F.cross_entropy(forward(w, vx)[1], vy))
+    downloaded = [better, worse, halfway]
+    weights = method.fomo_weights(own, downloaded, vx, vy)
+    base = val_loss_by_hand(own, vx, vy)
+    for got, other in zip(weights.tolist(), downloaded):
+        gap = math.sqrt(sum(float((other[k] - own[k]).pow(2).sum()) for k in own))
+        assert got == pytest.approx((base - val_loss_by_hand(other, vx, vy)) / gap, rel=1e-5)
+    assert weights[0] > 0 and weights[2] > 0 and weights[1] < 0
+    moved = method.federate(own, downloaded, weights)
+    share = [float(weights[0]) / float(weights[0] + weights[2]), 0.0, float(weights[2]) / float(weights[0] + weights[2])]
+    for k in own:
+        expected = own[k] + sum(s * (m[k] - own[k]) for s, m in zip(share, downloaded))
+        torch.testing.assert_close(moved[k], expected, atol=1e-6, rtol=0)
+    unchanged = method.federate(own, [worse], method.fomo_weights(own, [worse], vx, vy))
+    assert all(torch.equal(unchanged[k], own[k]) for k in own)  # no positive weight: the client keeps its model
+
+
+def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
+    method = make("fedfomo", params={"epsilon": 0.0, "num_models": 2})
+    server = method.init_server()
+    replies = {}
+    for cid in range(4):
+        reply, _ = method.local_update(method.broadcast(server, 0, cid), method.init_client(cid, tiny_data(cid, n=10)),
+                                       tiny_data(cid, n=10), round=0)
+        assert reply["fomo_ids"].numel() == 0  # nothing stored yet in round 0
+        replies[cid] = reply
+    replies[0] = {**replies[0], "fomo_ids": torch.tensor([3, 1]), "fomo_weights": torch.tensor([0.7, -0.2], dtype=torch.float64)}
+    server = method.aggregate(server, replies, 0)
+    assert server["affinity"][0, 3] == pytest.approx(0.7) and server["affinity"][0, 1] == pytest.approx(-0.2)
+    payload = method.broadcast(server, 1, 0)
+    assert payload["fomo_ids"].tolist()[0] == 3 and 0 not in payload["fomo_ids"].tolist()
+    assert torch.equal(payload["fomo.0.head.weight"], replies[3]["head.weight"])
+    reply, after = method.local_update(payload, method.init_client(0, tiny_data(0, n=10)), tiny_data(0, n=10), 1)
+    assert reply["fomo_weights"].shape == (2,)
+    assert torch.equal(method.personalized_model(after, payload, tiny_data(0), 2).state_dict()["head.weight"], after["head.weight"])
+
+
+ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_RUNS))
+def test_runs_through_the_engine_on_worker_processes_and_learns(tmp_path, name):
+    from pfedkit.engine.simulation import run_experiment
+    from tests.test_engine import synthetic
+
+    cfg = synthetic(method={"name": name, **ENGINE_RUNS[name]}, train={"rounds": 4}, run={"workers": 2})
+    summary = run_experiment(cfg, tmp_path, progress=False)
+    assert summary["best_acc"] > 0.4, summary  # well above the untrained model (about 0.12)
