@@ -67,6 +67,15 @@ class EvalSection(Section):
     every: int = Field(1, ge=1)
 
 
+class ProxySection(Section):
+    """Server-side data (HEART-PFL, PerAda): a split held out from the training data before partitioning is the
+    server's validation set and, unless `dataset` names another data set (out-of-domain), its proxy set."""
+    holdout: float = Field(0.0, ge=0, lt=1)  # fraction held out per class; 0 = no server data (HEART code: 0.1)
+    dataset: str = ""  # out-of-domain proxy: this data set's training split; "" = the held-out split
+    options: dict[str, Any] = Field(default_factory=dict)  # load options of the out-of-domain data set
+    max_samples: int = Field(0, ge=0)  # cap on the proxy set (a seeded random subset); 0 = all
+
+
 class RunSection(Section):
     seed: int = 0
     checkpoint_every: int = Field(10, ge=1)
@@ -81,13 +90,17 @@ class Config(Section):
     method: MethodSection = Field(default_factory=MethodSection)
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    proxy: ProxySection = Field(default_factory=ProxySection)
     run: RunSection = Field(default_factory=RunSection)
 
     def method_params(self) -> dict[str, Any]:
         return {k: v for k, v in self.method.model_dump().items() if k != "name"}
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if self.proxy == ProxySection():  # runs without server data keep their config text (resume compares it)
+            del data["proxy"]
+        return data
 
 
 SECTIONS = tuple(Config.model_fields)

@@ -75,3 +75,30 @@ def test_adapter_state_holds_trainable_parameters_and_batchnorm_statistics_only(
     assert "head.weight" in names and "body.layer1.0.adapter1.conv.weight" in names
     assert "body.layer2.0.downsample.1.running_mean" in names  # statistics of every BatchNorm
     assert "body.layer2.0.downsample.1.weight" not in names and "body.layer1.0.conv1.weight" not in names
+
+
+# ---------------------------------------------------------------- server data
+
+def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_in_domain_proxy():
+    from pfedkit.config import load_config
+    from pfedkit.data.federated import build_federated
+    from pfedkit.data.sources import load_dataset
+
+    base = ['data.dataset="synthetic"', "partition.clients=4", 'eval.protocol="official-test"', "proxy.holdout=0.1"]
+    fed = build_federated(load_config(None, base))
+    source = load_dataset("synthetic")
+    server = fed.server
+    assert torch.equal(torch.bincount(server.val_y), torch.full((10,), 20))  # 10% of 200 per class
+    assert len(fed.train_y) == len(source.train_y) - len(server.val_y)
+    pooled = {tuple(row.flatten().tolist()) for row in fed.train_x[:, 0, 0, :2]}
+    assert not any(tuple(row.flatten().tolist()) in pooled for row in server.val_x[:, 0, 0, :2])
+    assert server.proxy_x is server.val_x  # in-domain: the held-out split is the proxy
+    assert build_federated(load_config(None, base[:3])).server is None
+
+    with pytest.raises(ConfigError, match="validation split"):
+        build_federated(load_config(None, base[:3] + ['proxy.dataset="synthetic"']))
+    with pytest.raises(ConfigError, match="same shape"):
+        build_federated(load_config(None, base + ['proxy.dataset="synthetic"', "proxy.options={shape=[1, 4, 4]}"]))
+    ood = build_federated(load_config(None, base + ['proxy.dataset="synthetic"', "proxy.options={seed=5}",
+                                                    "proxy.max_samples=50"]))
+    assert len(ood.server.proxy_y) == 50 and ood.server.proxy_name == "synthetic"

@@ -16,7 +16,7 @@ from pfedkit.data.partition import (
 )
 from pfedkit.data.sources import DataSource, load_dataset
 from pfedkit.errors import ConfigError
-from pfedkit.methods.base import ClientData
+from pfedkit.methods.base import ClientData, ServerData
 
 
 @dataclass
@@ -31,6 +31,7 @@ class FederatedDataset:
     test_y: torch.Tensor
     train_idx: list[np.ndarray]
     test_idx: list[np.ndarray]
+    server: ServerData | None = None  # validation and proxy data held by the server ([proxy] section)
 
     @property
     def num_clients(self) -> int:
@@ -57,7 +58,10 @@ def default_min_samples(config: Config, pool_size: int) -> int:
 
 
 def build_federated(config: Config, source: DataSource | None = None) -> FederatedDataset:
+    from pfedkit.data.proxy import split_server_data
+
     source = source or load_dataset(config.data.dataset, config.data.root, **config.data.options)
+    source, server = split_server_data(config.proxy, source, config.run.seed, config.data.root)
     part, seed = config.partition, config.run.seed
     options = dict(
         beta=part.beta,
@@ -77,7 +81,8 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
         min_samples = part.min_samples if part.min_samples is not None else default_min_samples(config, len(y))
         clients = partition_labels(y.numpy(), part.scheme, part.clients, seed, min_samples=min_samples, **options)
         train_idx, test_idx = split_train_test(clients, part.test_fraction, seed)
-        return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx)
+        return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx,
+                                server)
     if source.test_x is None:
         raise ConfigError(
             f"dataset {source.name} has no official test split, so `eval.protocol = \"official-test\"` cannot be used; "
@@ -89,5 +94,5 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     test_idx = draw_test_like(y, train_idx, source.test_y.numpy(), seed, per_client=part.test_per_client)
     return FederatedDataset(
         source.name, "official-test", source.num_classes, source.input_shape,
-        source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx,
+        source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx, server,
     )

@@ -23,7 +23,7 @@ from pfedkit.engine.store import (
 )
 from pfedkit.engine.workers import Executor, Task
 from pfedkit.errors import PfedkitError
-from pfedkit.methods.base import Method, MethodContext, State, TrainSettings
+from pfedkit.methods.base import Method, MethodContext, ServerData, State, TrainSettings
 from pfedkit.models import build_model
 from pfedkit.seeding import numpy_generator
 
@@ -45,10 +45,11 @@ def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: 
 
 
 def make_method(config: Config, fed: FederatedDataset) -> Method:
-    return build_method(config, fed.input_shape, fed.num_classes)
+    return build_method(config, fed.input_shape, fed.num_classes, fed.server)
 
 
-def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int) -> Method:
+def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
+                 server: Optional[ServerData] = None) -> Method:
     """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
     cls = registry.method_class(config.method.name)
     params = cls.validate_params(config.method_params())
@@ -60,7 +61,7 @@ def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int)
         momentum=config.train.momentum,
         weight_decay=config.train.weight_decay,
     )
-    return cls(params, MethodContext(factory, train, num_classes, config.run.seed))
+    return cls(params, MethodContext(factory, train, num_classes, config.run.seed, server))
 
 
 class RoundLoop:

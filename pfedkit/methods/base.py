@@ -53,12 +53,24 @@ class ClientData:
         return int(self.train_y.shape[0])
 
 
+@dataclass
+class ServerData:
+    """Data only the server holds: a validation split (held out from the clients' training data) and the proxy
+    set for server-side distillation (that same split when in-domain, another data set when out-of-domain)."""
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    proxy_x: torch.Tensor
+    proxy_y: torch.Tensor
+    proxy_name: str
+
+
 @dataclass(frozen=True)
 class MethodContext:
     model_factory: Callable[[], SplitModel]
     train: TrainSettings
     num_classes: int
     seed: int
+    server: Optional[ServerData] = None  # None unless the config has a [proxy] section
 
 
 def part_of(key: str) -> str:
