@@ -111,7 +111,59 @@ def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
     assert torch.equal(method.personalized_model(after, payload, tiny_data(0), 2).state_dict()["head.weight"], after["head.weight"])
 
 
-ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}}
+def mmd_by_hand(a, b, kernels=5, mul=2.0):
+    pooled = list(a) + list(b)
+    n = len(pooled)
+    sq = [[float((u - v).pow(2).sum()) for v in pooled] for u in pooled]
+    base = sum(sq[i][j] for i in range(n) for j in range(n) if i != j) / (n * n - n) / mul ** (kernels // 2)
+    k = lambda i, j: sum(math.exp(-sq[i][j] / (base * mul ** t)) for t in range(kernels))
+    m = len(a)
+    xx = sum(k(i, j) for i in range(m) for j in range(m)) / m ** 2
+    yy = sum(k(i, j) for i in range(m, n) for j in range(m, n)) / m ** 2
+    xy = sum(k(i, j) for i in range(m) for j in range(m, n)) / m ** 2
+    return xx + yy - 2 * xy
+
+
+def test_fedphp_mmd_by_hand():
+    from pfedkit.methods.fedphp import mmd
+
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g) + 1.0
+    assert float(mmd(a, b)) == pytest.approx(mmd_by_hand(a, b), rel=1e-5)
+    assert float(mmd(a, b)) > 0 and float(mmd(a, a)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
+    from pfedkit.methods.fedphp import mmd
+
+    method = make("fedphp", params={"expected_participations": 6, "transfer_weight": 0.3}, batch_size=8, lr=LR)
+    data, server = tiny_data(n=8), method.init_server()
+    hpm = perturbed(server, 0.5, 9)
+    reply, after = method.local_update(server, {**hpm, "participations": 3}, data, round=4)
+    with torch.no_grad():
+        teacher = forward(hpm, data.train_x)[0]
+    w = leaf(server)
+    z, logits = forward(w, data.train_x)
+    expected = sgd(w, 0.7 * F.cross_entropy(logits, data.train_y) + 0.3 * mmd(z, teacher))
+    w = leaf(server)
+    plain = sgd(w, 0.7 * F.cross_entropy(forward(w, data.train_x)[1], data.train_y))
+    mu = 0.9 * 3 / 6
+    for k in server:
+        torch.testing.assert_close(reply[k], expected[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(after[k], mu * hpm[k] + (1 - mu) * expected[k], atol=1e-6, rtol=0)
+    assert any(not torch.allclose(reply[k], plain[k], atol=1e-5) for k in server)  # the MMD term moved the update
+    assert after["participations"] == 4
+    local, first = method.local_update(server, method.init_client(0, data), data, round=0)
+    assert all(torch.equal(first[k], local[k]) for k in server)  # mu = 0 at the first participation: a copy
+    local, late = method.local_update(server, {**hpm, "participations": 50}, data, round=60)
+    for k in server:  # mu capped at 0.9
+        torch.testing.assert_close(late[k], 0.9 * hpm[k] + 0.1 * local[k], atol=1e-6, rtol=0)
+    assert torch.equal(method.personalized_model(after, server, data, 5).state_dict()["head.weight"], after["head.weight"])  # the HPM is evaluated
+    with pytest.raises(Exception, match="expected_participations"):
+        make("fedphp")
+
+
+ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}}
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))
