@@ -163,7 +163,32 @@ def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
         make("fedphp")
 
 
-ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}}
+def test_knn_per_interpolated_prediction_by_hand_and_zero_weight_is_the_global_model():
+    method = make("knn-per", params={"neighbors": 3, "knn_weight": 0.4, "scale": 0.5})
+    data, server = tiny_data(n=8), perturbed(make("knn-per").init_server(), 0.5, 2)
+    data.test_x = torch.randn(5, 4, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        memory = forward(server, data.train_x)[0]
+        z, logits = forward(server, data.test_x)
+        out = method.personalized_model({}, server, data, round=3)(data.test_x)
+    for row in range(5):
+        squared = [float((z[row] - m).pow(2).sum()) for m in memory]
+        nearest = sorted(range(8), key=lambda j: squared[j])[:3]
+        sims = {j: math.exp(-squared[j] / (3 * 0.5)) for j in nearest}
+        knn = [sum(s for j, s in sims.items() if int(data.train_y[j]) == c) / sum(sims.values()) for c in range(2)]
+        glob = torch.softmax(logits[row], 0).tolist()
+        expected = [0.4 * knn[c] + 0.6 * glob[c] for c in range(2)]
+        torch.testing.assert_close(out[row].exp(), torch.tensor(expected), atol=1e-6, rtol=0)
+    plain = make("knn-per", params={"knn_weight": 0.0}).personalized_model({}, server, data, round=3)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(data.test_x).exp(), torch.softmax(logits, 1), atol=1e-7, rtol=0)
+        assert torch.equal(plain(data.test_x).argmax(1), logits.argmax(1))
+    reply, _ = method.local_update(server, {}, data, 0)  # training is FedAvg's
+    fedavg_reply, _ = make("fedavg").local_update(server, {}, data, 0)
+    assert all(torch.equal(reply[k], fedavg_reply[k]) for k in server)
+
+
+ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}}
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))

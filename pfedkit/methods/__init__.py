@@ -1,6 +1,6 @@
 """Every method registers itself here by import; `METHODS` maps names to classes."""
 from pfedkit.methods import (  # noqa: F401
-    apfl, ditto, fedafk, fedala, fedamp, fedavg, fedfomo, fedphp, fedbabu, fedgh, fedpac, fedper, fedproto, fedprox, fedrep, fedrod, lg_fedavg, local,
+    apfl, ditto, fedafk, fedala, fedamp, fedavg, fedfomo, fedphp, knnper, fedbabu, fedgh, fedpac, fedper, fedproto, fedprox, fedrep, fedrod, lg_fedavg, local,
     perfedavg, pfedme,
     pgfedsplit,
 )
