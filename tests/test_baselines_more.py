@@ -188,7 +188,46 @@ def test_knn_per_interpolated_prediction_by_hand_and_zero_weight_is_the_global_m
     assert all(torch.equal(reply[k], fedavg_reply[k]) for k in server)
 
 
-ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}}
+def test_pfedhn_gradients_reach_the_embedding_of_the_client_that_trained_and_no_other():
+    from pfedkit.methods.pfedhn import HyperNetwork
+
+    method = make("pfedhn", params={"embed_dim": 3, "hidden": 8, "hidden_layers": 1}, batch_size=8, lr=LR)
+    server = method.init_server()
+    replies = {}
+    for cid in range(3):
+        data = tiny_data(cid, n=8)
+        payload = method.broadcast(server, 0, cid)
+        reply, kept = method.local_update(payload, {}, data, 0)
+        assert kept == {} and set(reply) == {"delta." + k for k in payload} | {"num_samples"}
+        replies[cid] = reply
+    server = method.aggregate(server, replies, 0)  # every client has a stored embedding now
+    data = tiny_data(1, n=8)
+    payload = method.broadcast(server, 1, 1)
+    reply, _ = method.local_update(payload, {}, data, 1)
+    w = leaf(payload)
+    expected_step = sgd(w, F.cross_entropy(forward(w, data.train_x)[1], data.train_y))
+    for k in payload:  # the client trained the generated model and replied the change
+        torch.testing.assert_close(reply["delta." + k], expected_step[k] - payload[k], atol=1e-6, rtol=0)
+    after = method.aggregate(server, {1: reply}, 1)
+    for cid in (0, 2):
+        assert torch.equal(after[f"embedding.{cid}"], server[f"embedding.{cid}"])
+        assert torch.equal(after[f"embedding_momentum.{cid}"], server[f"embedding_momentum.{cid}"])
+    # client 1's embedding: the gradient of theta(v) . (-delta), then SGD with momentum 0.9 and weight decay 1e-3
+    net = HyperNetwork(3, 8, 1, {k: v.shape for k, v in payload.items()})
+    net.load_state_dict({k[3:]: v for k, v in server.items() if k.startswith("hn.")})
+    v = server["embedding.1"].clone().requires_grad_()
+    generated = net(v)
+    surrogate = sum((generated[k] * -reply["delta." + k]).sum() for k in generated)
+    (grad,) = torch.autograd.grad(surrogate, [v])
+    assert float(grad.norm()) > 0
+    buffer = 0.9 * server["embedding_momentum.1"] + grad + 1e-3 * server["embedding.1"]
+    torch.testing.assert_close(after["embedding.1"], server["embedding.1"] - 1e-2 * buffer, atol=1e-7, rtol=0)
+    assert not torch.equal(after["hn.mlp.0.weight"], server["hn.mlp.0.weight"])
+    evaluated = method.personalized_model({}, payload, data, 2)
+    assert torch.equal(evaluated.state_dict()["head.weight"], payload["head.weight"])  # the generated model
+
+
+ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}, "pfedhn": {"rounds": 8}}  # the hypernetwork needs a few more rounds
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))
@@ -196,6 +235,8 @@ def test_runs_through_the_engine_on_worker_processes_and_learns(tmp_path, name):
     from pfedkit.engine.simulation import run_experiment
     from tests.test_engine import synthetic
 
-    cfg = synthetic(method={"name": name, **ENGINE_RUNS[name]}, train={"rounds": 4}, run={"workers": 2})
+    params = dict(ENGINE_RUNS[name])
+    rounds = params.pop("rounds", 4)
+    cfg = synthetic(method={"name": name, **params}, train={"rounds": rounds}, run={"workers": 2})
     summary = run_experiment(cfg, tmp_path, progress=False)
     assert summary["best_acc"] > 0.4, summary  # well above the untrained model (about 0.12)

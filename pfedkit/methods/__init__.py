@@ -1,7 +1,7 @@
 """Every method registers itself here by import; `METHODS` maps names to classes."""
 from pfedkit.methods import (  # noqa: F401
-    apfl, ditto, fedafk, fedala, fedamp, fedavg, fedfomo, fedphp, knnper, fedbabu, fedgh, fedpac, fedper, fedproto, fedprox, fedrep, fedrod, lg_fedavg, local,
-    perfedavg, pfedme,
+    apfl, ditto, fedafk, fedala, fedamp, fedavg, fedfomo, fedphp, knnper, pfedhn, fedbabu, fedgh, fedpac, fedper, fedproto, fedprox, fedrep, fedrod, lg_fedavg, local,
+    perfedavg, pfedme, perada, heart,
     pgfedsplit,
 )
 from pfedkit.methods.base import METHODS, Method
