@@ -227,7 +227,30 @@ def test_pfedhn_gradients_reach_the_embedding_of_the_client_that_trained_and_no_
     assert torch.equal(evaluated.state_dict()["head.weight"], payload["head.weight"])  # the generated model
 
 
-ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}, "pfedhn": {"rounds": 8}}  # the hypernetwork needs a few more rounds
+def test_fedproto_per_trains_as_fedproto_and_evaluates_its_own_model_fine_tuned_with_its_head():
+    from pfedkit.methods.prototypes import NearestPrototype
+
+    method, proto = make("fedproto-per", batch_size=8, lr=LR), make("fedproto", batch_size=8, lr=LR)
+    data = tiny_data(n=8)
+    server = proto.init_server()
+    client = perturbed(proto.init_client(0, data), 0.3, 4)
+    reply, after = method.local_update(server, client, data, 0)
+    expected_reply, expected_after = proto.local_update(server, client, data, 0)
+    assert reply["num_samples"] == expected_reply["num_samples"]
+    assert all(torch.equal(reply[k], expected_reply[k]) for k in reply if k != "num_samples")
+    assert all(torch.equal(after[k], expected_after[k]) for k in after)
+    server = proto.aggregate(server, {0: reply}, 0)
+    assert isinstance(proto.personalized_model(after, server, data, 1), NearestPrototype)
+    tuned = method.personalized_model(after, server, data, 1)
+    w = leaf(after)
+    expected = sgd(w, F.cross_entropy(forward(w, data.train_x)[1], data.train_y))  # one epoch, one batch of 8
+    for k in after:
+        torch.testing.assert_close(tuned.state_dict()[k], expected[k], atol=1e-6, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(tuned(data.test_x), forward(expected, data.test_x)[1])  # predicts with its head
+
+
+ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}, "pfedhn": {"rounds": 8}, "fedproto-per": {}}  # the hypernetwork needs a few more rounds
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))
