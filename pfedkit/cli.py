@@ -170,5 +170,10 @@ def demo(out: str, rounds: Optional[int], quiet: bool) -> None:
     click.echo(f"\nplot: {plot}\nrun folders (each runnable again with `pfedkit run <folder>/config.toml --out NEW`): {out}/<method>/seed0")
 
 
+from pfedkit.flower.cli import flower  # noqa: E402  (imports no flwr until a command runs)
+
+main.add_command(flower)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,99 @@
+"""The Flower ClientApp: runs any registered method's client side, with its state on the node's own disk.
+
+Messages from the server carry a payload (see `records`) and a control record: the round, whether to evaluate
+and/or train, the run key and the oldest round a server resume could restart from. Only the method's reply
+and evaluation counts leave the node.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Mapping
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from pfedkit.config import Config
+from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.engine.simulation import build_method
+from pfedkit.flower.node_data import client_id, load_node_data
+from pfedkit.flower.records import from_records, to_records
+from pfedkit.flower.settings import CONTROL, EVAL, INFO, config_from_run_config
+from pfedkit.flower.state import ClientStateStore, default_state_root
+from pfedkit.methods.base import ClientData, Method
+
+app = ClientApp()
+
+
+class Node:
+    """What one node needs for the whole run: config, its data, the method, its state store."""
+
+    def __init__(self, config: Config, node_config: Mapping[str, Any]):
+        if int(node_config.get("threads", 0)) > 0:
+            torch.set_num_threads(int(node_config["threads"]))
+        self.config, self.node_config = config, dict(node_config)
+        self.cid = client_id(config, node_config)
+        self.data: ClientData = load_node_data(config, node_config)
+        self.method: Method = build_method(config, tuple(self.data.train_x.shape[1:]), self.data.num_classes)
+        self.state_root = node_config.get("state-dir") or default_state_root()
+
+    def store(self, run_key: str) -> ClientStateStore:
+        return ClientStateStore(self.state_root, run_key, self.cid)
+
+
+@functools.lru_cache(maxsize=1)
+def _node(config_text: str, node_items: tuple) -> Node:
+    return Node(config_from_run_config({"pfedkit-config": config_text}), dict(node_items))
+
+
+def node_of(context: Context) -> Node:
+    return _node(str(context.run_config["pfedkit-config"]), tuple(sorted(context.node_config.items())))
+
+
+@app.query("info")
+def info(msg: Message, context: Context) -> Message:
+    node = node_of(context)
+    data = node.data
+    record = ConfigRecord({"client-id": node.cid, "input-shape": [int(s) for s in data.train_x.shape[1:]],
+                           "num-classes": data.num_classes, "num-train": data.num_train,
+                           "num-test": int(data.test_y.shape[0])})
+    return Message(RecordDict({INFO: record}), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    return Message(work(node_of(context), msg.content), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return Message(work(node_of(context), msg.content), reply_to=msg)
+
+
+def work(node: Node, content: RecordDict) -> RecordDict:
+    """Evaluate and/or train as the control record says; save the new state before replying."""
+    control = content.config_records[CONTROL]
+    round = int(control["round"])
+    payload = from_records(content)
+    store = node.store(str(control["run-key"]))
+    client, state_round = store.load(round)
+    if client is None:
+        client = node.method.init_client(node.cid, node.data)
+    out = RecordDict()
+    eval_s = train_s = 0.0
+    if control["evaluate"]:
+        start = time.perf_counter()
+        model = node.method.personalized_model(client, payload, node.data, round)
+        correct, loss, n = evaluate_model(model, node.data.test_x, node.data.test_y)
+        out[EVAL] = MetricRecord({"correct": correct, "loss": loss, "n": n})
+        eval_s = time.perf_counter() - start
+    if control["train"]:
+        start = time.perf_counter()
+        reply, client = node.method.local_update(payload, client, node.data, round)
+        store.save(client, round, int(control["keep-from"]))
+        to_records(reply, out)
+        train_s = time.perf_counter() - start
+    out[CONTROL] = ConfigRecord({"client-id": node.cid, "state-round": state_round, "eval-s": eval_s,
+                                 "train-s": train_s})
+    return out

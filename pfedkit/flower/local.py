@@ -1,0 +1,174 @@
+"""A SuperLink and SuperNodes on 127.0.0.1 for trying a run out (and for the tests): insecure, local only.
+
+Every process is started here and stopped here by its own pid (SIGTERM, then SIGKILL after a grace period).
+Real deployments use TLS and node authentication instead; see README, "Running on Flower".
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from pfedkit.errors import PfedkitError
+
+FEDERATION = "loopback"
+
+
+def offline_env(home: Path) -> dict[str, str]:
+    """No telemetry, no update checks, no `uv sync` of app dependencies: use the installed pfedkit and torch."""
+    env = dict(os.environ)
+    env.update({
+        "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(home),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise PfedkitError(f"`{name}` is not on PATH; install Flower with `pip install pfedkit[flower]`")
+    return path
+
+
+def node_config_text(values: Mapping[str, Any]) -> str:
+    """`key=value ...` as `flower-supernode --node-config` reads it (values are TOML literals)."""
+    def literal(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v) if isinstance(v, (int, float)) else json.dumps(str(v))
+    return " ".join(f"{k}={literal(v)}" for k, v in values.items())
+
+
+def stop(proc: Optional[subprocess.Popen], grace: float = 15.0) -> None:
+    """SIGTERM the process (started in its own session), then SIGKILL if it lingers; children go with the group."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace)
+    except ProcessLookupError:
+        pass
+
+
+class LoopbackFederation:
+    """`with LoopbackFederation(workdir) as fed: fed.start_node(0, ...); fed.run_app(app_dir)`."""
+
+    def __init__(self, workdir: str | Path, start_timeout: float = 60.0):
+        self.workdir = Path(workdir).resolve()
+        self.home = self.workdir / "flwr-home"
+        self.env = offline_env(self.home)
+        self.port = free_port()
+        self.start_timeout = start_timeout
+        self.superlink: Optional[subprocess.Popen] = None
+        self.nodes: dict[int, subprocess.Popen] = {}
+        self.runs: list[subprocess.Popen] = []
+
+    def _spawn(self, cmd: list[str], log_name: str) -> subprocess.Popen:
+        log = open(self.workdir / log_name, "ab")
+        try:  # own session: stopping the group also stops the app processes it spawned
+            return subprocess.Popen(cmd, env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+
+    def __enter__(self) -> "LoopbackFederation":
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "config.toml").write_text(
+            f'[superlink.{FEDERATION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        try:
+            self.superlink = self._spawn([
+                _tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+                "--disable-runtime-dependency-installation", "--database", str(self.workdir / "superlink.db"),
+            ], "superlink.log")
+            self._wait_healthy()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.superlink.poll() is not None:
+                raise PfedkitError(f"flower-superlink exited ({self.superlink.returncode}); see {self.workdir / 'superlink.log'}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise PfedkitError(f"flower-superlink not healthy after {self.start_timeout:.0f} s; see {self.workdir / 'superlink.log'}")
+
+    def start_node(self, cid: int, **node_config: Any) -> subprocess.Popen:
+        """A SuperNode for client `cid`; extra node config (data-dir, state-dir, threads, ...) as keywords."""
+        values = {"client-id": cid, **{k.replace("_", "-"): v for k, v in node_config.items()}}
+        self.nodes[cid] = self._spawn([
+            _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+            "--port", str(free_port()), "--node-config", node_config_text(values),
+        ], f"node-{cid}.log")
+        return self.nodes[cid]
+
+    def kill_node(self, cid: int) -> None:
+        """Kill a node abruptly (SIGKILL to its group): as a crashed machine would leave."""
+        proc = self.nodes.pop(cid)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def run_app(self, app_dir: str | Path, log_name: str = "run.log") -> subprocess.Popen:
+        """`flwr run APP loopback --stream`, its output in WORKDIR/LOG_NAME; returns the process."""
+        proc = self._spawn([_tool("flwr"), "run", str(Path(app_dir).resolve()), FEDERATION, "--stream"], log_name)
+        self.runs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.runs:
+            stop(proc)
+        for cid in list(self.nodes):
+            stop(self.nodes.pop(cid))
+        stop(self.superlink)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 3600.0,
+                 node_config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """Write the app, start a SuperLink and one SuperNode per client on 127.0.0.1, run to the end, stop them all."""
+    from pfedkit.flower.settings import write_app
+
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    app_dir = workdir / "app"
+    write_app(app_dir, settings)
+    with LoopbackFederation(workdir) as fed:
+        for cid in range(nodes):
+            fed.start_node(cid, **(node_config or {}))
+        proc = fed.run_app(app_dir)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise PfedkitError(f"the Flower run did not finish in {timeout:.0f} s; see {workdir / 'run.log'}") from None
+    summary_path = Path(settings.out) / "summary.json"
+    if not summary_path.exists():
+        raise PfedkitError(f"the Flower run ended without results; see {workdir / 'run.log'}")
+    return json.loads(summary_path.read_text())
