@@ -154,7 +154,8 @@ def methods() -> None:
         cls = METHODS[name]
         click.echo(f"{name}: {cls.summary}")
         for field, info in cls.Params.model_fields.items():
-            click.echo(f"    {field} = {info.default!r}  # {info.description or ''}")
+            default = "(required)" if info.is_required() else repr(info.default)
+            click.echo(f"    {field} = {default}  # {info.description or ''}")
 
 
 @main.command()

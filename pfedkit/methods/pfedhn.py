@@ -28,6 +28,7 @@ class PFedHNParams(HyperParams):
     server_lr: float = Field(1e-2, gt=0, description="hypernetwork SGD learning rate; authors' code (1e-2)")
     server_momentum: float = Field(0.9, ge=0, lt=1, description="hypernetwork SGD momentum; authors' code (0.9)")
     server_weight_decay: float = Field(1e-3, ge=0, description="hypernetwork SGD weight decay; authors' code (1e-3)")
+    server_grad_clip: float = Field(50.0, gt=0, description="max total norm of the hypernetwork and embedding gradient per step; authors' code (50)")
 
 
 class HyperNetwork(nn.Module):
@@ -116,9 +117,10 @@ class PFedHN(Method):
         momentum_names = [HN_MOMENTUM + k for k, _ in net.named_parameters()] + [EMBEDDING_MOMENTUM.format(cid=cid)]
         opt = torch.optim.SGD(params, lr=p.server_lr, momentum=p.server_momentum, weight_decay=p.server_weight_decay)
         for param, grad, mname in zip(params, grads, momentum_names):
-            param.grad = grad
+            param.grad = grad.clone()
             if mname in server:
                 opt.state[param]["momentum_buffer"] = server[mname].clone()
+        torch.nn.utils.clip_grad_norm_(params, p.server_grad_clip)
         opt.step()
         new = dict(server)
         for param, name, mname in zip(params, names, momentum_names):
