@@ -131,6 +131,10 @@ def test_fedphp_mmd_by_hand():
     a, b = torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g) + 1.0
     assert float(mmd(a, b)) == pytest.approx(mmd_by_hand(a, b), rel=1e-5)
     assert float(mmd(a, b)) > 0 and float(mmd(a, a)) == pytest.approx(0.0, abs=1e-6)
+    dead = torch.zeros(4, 3, requires_grad=True)  # all-zero (dead ReLU) features: zero, with a finite gradient
+    loss = mmd(dead, torch.zeros(4, 3))
+    loss.backward()
+    assert float(loss) == 0 and bool(torch.isfinite(dead.grad).all())
 
 
 def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
