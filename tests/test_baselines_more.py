@@ -134,7 +134,7 @@ def test_fedphp_mmd_by_hand():
     dead = torch.zeros(4, 3, requires_grad=True)  # all-zero (dead ReLU) features: zero, with a finite gradient
     loss = mmd(dead, torch.zeros(4, 3))
     loss.backward()
-    assert float(loss) == 0 and bool(torch.isfinite(dead.grad).all())
+    assert float(loss.detach()) == 0 and bool(torch.isfinite(dead.grad).all())
 
 
 def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
