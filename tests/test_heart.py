@@ -102,3 +102,215 @@ def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_
     ood = build_federated(load_config(None, base + ['proxy.dataset="synthetic"', "proxy.options={seed=5}",
                                                     "proxy.max_samples=50"]))
     assert len(ood.server.proxy_y) == 50 and ood.server.proxy_name == "synthetic"
+
+
+# ---------------------------------------------------------------- methods: helpers
+
+import torch.nn.functional as F  # noqa: E402
+
+from pfedkit.methods.base import ClientData, MethodContext, ServerData, TrainSettings  # noqa: E402
+from pfedkit.methods.distillation import ensemble_log_probs, pgd_attack, symmetric_kl  # noqa: E402
+from pfedkit.methods.heart import alignment_loss  # noqa: E402
+from pfedkit.models.adapters import trainable_names  # noqa: E402
+
+
+def image_data(cid: int = 0, n: int = 24, classes: int = 3, side: int = 12) -> ClientData:
+    g = torch.Generator().manual_seed(10 + cid)
+    y = torch.arange(n) % classes
+    pixels = (torch.rand(n, 1, side, side, generator=g) * 0.5 + 0.25 * y.view(-1, 1, 1, 1) / classes).clamp(0, 1)
+    x = (pixels - 0.5) / 0.5
+    return ClientData(cid, x, y, x.clone(), y.clone(), num_classes=classes)
+
+
+def heart(name: str = "heart-pfl", params: dict | None = None, server: ServerData | None = None, **train):
+    from pfedkit.methods import METHODS
+
+    settings = dict(local_epochs=1, batch_size=8, lr=0.05)
+    settings.update(train)
+    cls = METHODS[name]
+    ctx = MethodContext(lambda: small(), TrainSettings(**settings), num_classes=3, seed=0, server=server)
+    return cls(cls.validate_params(params or {}), ctx)
+
+
+def server_data(n: int = 24) -> ServerData:
+    val, proxy = image_data(cid=7, n=n), image_data(cid=8, n=n)
+    return ServerData(val.train_x, val.train_y, proxy.train_x, proxy.train_y, "test proxy")
+
+
+# ---------------------------------------------------------------- PGD and symmetric KL
+
+def test_pgd_stays_in_the_pixel_eps_ball_and_the_unit_box_and_raises_the_loss():
+    torch.manual_seed(0)
+    model = small().eval()
+    data = image_data(n=16)
+    x, y = data.train_x, data.train_y
+    eps = 8 / 255
+    adv = pgd_attack(model, x, y, eps=eps, alpha=2 / 255, steps=10, generator=torch.Generator().manual_seed(1))
+    pixels, adv_pixels = x * 0.5 + 0.5, adv * 0.5 + 0.5
+    assert (adv_pixels - pixels).abs().max() <= eps + 1e-6
+    assert adv_pixels.min() >= 0 and adv_pixels.max() <= 1
+    with torch.no_grad():
+        assert F.cross_entropy(model(adv), y) > F.cross_entropy(model(x), y)
+    model.train()  # the attack runs in eval mode and gives the model back its mode
+    pgd_attack(model, x, y, eps=eps, alpha=2 / 255, steps=1, generator=torch.Generator().manual_seed(1))
+    assert model.training
+    # the released code's variant clamps the normalized tensor itself to [0, 1]
+    code = pgd_attack(model, x, y, eps=eps, alpha=2 / 255, steps=3, generator=torch.Generator().manual_seed(1),
+                      space="normalized")
+    assert code.min() >= 0 and (code - x.clamp(0, 1)).abs().max() <= eps + 1e-6
+
+
+def test_symmetric_kl_equals_a_hand_computation_and_has_a_finite_gradient():
+    student = torch.tensor([[1.0, 0.0, -1.0], [0.5, 0.5, 2.0]], requires_grad=True)
+    teachers = [torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 3.0]])]
+    p_bar = (F.softmax(teachers[0], 1) + F.softmax(teachers[1], 1)) / 2  # Eq. 9
+    log_t = ensemble_log_probs(teachers, "probs")
+    torch.testing.assert_close(log_t.exp(), p_bar)
+    p_s = F.softmax(student, 1).detach()
+    forward = sum(float((p_bar[i] * (p_bar[i] / p_s[i]).log()).sum()) for i in range(2)) / 2
+    reverse = sum(float((p_s[i] * (p_s[i] / p_bar[i]).log()).sum()) for i in range(2)) / 2
+    loss = symmetric_kl(student, log_t)
+    assert abs(float(loss.detach()) - (forward + reverse)) < 1e-6
+    assert abs(float(symmetric_kl(student, log_t, symmetric=False).detach()) - forward) < 1e-6
+    (grad,) = torch.autograd.grad(loss, student)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+    # the code's ensemble: softmax of mean logits
+    torch.testing.assert_close(ensemble_log_probs(teachers, "logits"), F.log_softmax((teachers[0] + teachers[1]) / 2, 1))
+
+
+# ---------------------------------------------------------------- hierarchical alignment
+
+def test_alignment_is_one_minus_cosine_on_early_stages_and_mse_on_deep_stages():
+    g = torch.Generator().manual_seed(0)
+    feats = [torch.randn(4, d, generator=g) for d in (2, 3, 4, 5)]
+    y = torch.tensor([0, 1, 1, 2])
+    protos = [torch.randn(3, d, generator=g) for d in (2, 3, 4, 5)]
+    available = torch.tensor([True, True, False])  # class 2 has no prototype: contributes 0, still counted
+    expected = 0.0
+    for stage, (f, p) in enumerate(zip(feats, protos)):
+        for i in range(3):
+            t = p[y[i]]
+            if stage < 2:
+                expected += 1 - float(f[i] @ t / (f[i].norm() * t.norm()))
+            else:
+                expected += float(((f[i] - t) ** 2).mean())
+    expected /= 4 * 4
+    assert abs(float(alignment_loss(feats, y, protos, available, 2)) - expected) < 1e-6
+    scaled = [3 * feats[0], 3 * feats[1], feats[2], feats[3]]  # cosine ignores the scale of early features
+    assert abs(float(alignment_loss(scaled, y, protos, available, 2)) - expected) < 1e-6
+    assert float(alignment_loss(scaled, y, protos, available, 4)) != pytest.approx(expected)
+
+
+def _grads(loss_fn, model, x, y):
+    params = [p for n, p in model.named_parameters() if n in set(trainable_names(model))]
+    return torch.autograd.grad(loss_fn(model, x, y), params, allow_unused=True)
+
+
+def test_alignment_gradient_reaches_the_trainable_parameters_in_paper_mode_and_not_in_code_mode():
+    data = image_data()
+    for mode in ("paper", "code"):
+        method = heart(params={"alignment": mode, "kd_rounds": 0})
+        payload = method.init_server()
+        personal = method.adapter_model(payload, "personal")
+        context = method.client_context(personal, payload, data, 0)
+        assert len(context["protos"]) == 4 and context["available"].all()
+        plain = heart("perada", params={"kd_rounds": 0, "prox_weight": method.params.prox_weight})
+        x, y = data.train_x[:8], data.train_y[:8]
+        if mode == "paper":  # HDA is in the local adapter's loss, with gradient
+            with_hda, without = method.local_loss(payload, context), plain.local_loss(payload, {})
+        else:  # HDA is added to the personal loss as a constant
+            with_hda, without = method.personal_loss(payload, context), plain.personal_loss(payload, {})
+        model = method.adapter_model(payload, "check")
+        model.eval()  # no dropout: the two evaluations see the same network
+        a, b = _grads(with_hda, model, x, y), _grads(without, model, x, y)
+        differs = any(not torch.allclose(ga, gb) for ga, gb in zip(a, b) if ga is not None)
+        assert differs == (mode == "paper"), mode
+        assert context["logged"] and context["logged"][0] > 0
+
+
+# ---------------------------------------------------------------- client round and server choice
+
+@pytest.mark.parametrize("name", ["heart-pfl", "perada"])
+def test_client_round_changes_only_adapters_batchnorms_and_head_and_leaves_the_backbone_bit_identical(name):
+    method = heart(name, params={"kd_rounds": 0})
+    payload = method.init_server()
+    client = method.init_client(0, None)
+    initial = method.initial_state()
+    reply, after = method.local_update(payload, client, image_data(), 0)
+    trainable = set(trainable_names(method.working_model("main")))
+    for state in (reply, after):
+        model = method.adapter_model(state, "check")
+        for n, p in model.named_parameters():
+            if n not in trainable:
+                assert torch.equal(p, initial[n]), n  # frozen: bit-identical
+        changed = {n for n in trainable if not torch.equal(state[n], initial[n])}
+        assert {"head.weight", "body.layer1.0.adapter1.conv.weight", "body.layer3.0.bn2.weight"} <= changed
+    assert set(after) == set(method.adapter_keys())  # the personalized adapter stays on the client
+    assert set(reply) - set(method.adapter_keys()) <= {"num_samples", "align_loss"}
+    assert not any(torch.equal(reply[k], after[k]) for k in ("head.weight", "body.layer4.0.adapter2.conv.weight"))
+
+
+def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_split(monkeypatch):
+    method = heart(params={"kd_steps": 2, "kd_batch": 8, "pgd_steps": 2}, server=server_data())
+    average = method.init_server()
+    replies = [method.local_update(average, average, image_data(cid), 0)[0] for cid in range(2)]
+    teachers = [method.adapter_model(r, f"teacher{cid}") for cid, r in enumerate(replies)]
+    model = method.adapter_model(average, "probe").eval()
+    with torch.no_grad():  # validation labels the average gets all right: no student can beat it
+        val = image_data(cid=5)
+        labels = model(val.train_x).argmax(1)
+    method.ctx.__dict__["server"] = ServerData(val.train_x, labels, val.train_x, val.train_y, "probe")
+    kept = method.distill(average, teachers, 0)
+    assert all(torch.equal(kept[k], average[k]) for k in average)
+
+    def scripted(*accuracies):  # validation accuracies: the average's first, then one per step
+        values = iter(accuracies)
+        monkeypatch.setattr("pfedkit.methods.perada.accuracy", lambda *a, **k: next(values))
+
+    def run(steps: int) -> dict:
+        method.params.__dict__["kd_steps"] = steps
+        fresh = [method.adapter_model(r, f"teacher{cid}") for cid, r in enumerate(replies)]  # train-mode BN moves
+        return method.distill(average, fresh, 0)
+
+    scripted(0.5, 0.6)
+    after_one = run(1)
+    assert any(not torch.equal(after_one[k], average[k]) for k in average)
+    scripted(0.5, 0.6, 0.55)  # the best step, not the last
+    best = run(2)
+    assert all(torch.equal(best[k], after_one[k]) for k in average)
+    scripted(0.5, 0.5, 0.4)  # never strictly better than the average
+    rejected = run(2)
+    assert all(torch.equal(rejected[k], average[k]) for k in average)
+    scripted(0.5, 0.4, 0.7)
+    last = run(2)
+    assert any(not torch.equal(last[k], after_one[k]) for k in average)
+
+
+def test_missing_server_data_or_a_plain_model_fails_before_training():
+    with pytest.raises(ConfigError, match="proxy.holdout"):
+        heart().init_server()
+    from pfedkit.methods import METHODS
+
+    cls = METHODS["perada"]
+    ctx = MethodContext(lambda: small(adapters=False), TrainSettings(1, 8, 0.1), 3, 0, server_data())
+    with pytest.raises(ConfigError, match="resnet18-adapter"):
+        cls(cls.validate_params({}), ctx).init_server()
+    with pytest.raises(ConfigError, match="at least one view"):
+        METHODS["heart-pfl"].validate_params({"adversarial": False, "clean_view": False})
+
+
+def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path):
+    from pfedkit.config import load_config
+    from pfedkit.engine.simulation import run_experiment
+
+    config = load_config(None, [
+        'data.dataset="synthetic"', "data.options={shape=[1, 12, 12], samples=400, test_samples=200}",
+        "partition.clients=4", "partition.beta=0.5", 'eval.protocol="official-test"', "train.rounds=2",
+        "train.join_ratio=0.5", "train.batch_size=16", "train.lr=0.05",
+        'model.name="small-resnet-adapter"', "model.options={widths=[4, 8, 8, 16]}",
+        'method.name="heart-pfl"', "method.kd_steps=2", "method.kd_batch=32", "method.pgd_steps=2",
+        "proxy.holdout=0.1", 'proxy.dataset="synthetic"', "proxy.options={shape=[1, 12, 12], samples=100, seed=3}",
+        "run.workers=1",
+    ])
+    summary = run_experiment(config, tmp_path / "run", progress=False)
+    assert summary["rounds"] == 2 and 0 <= summary["last_acc"] <= 1
