@@ -146,6 +146,39 @@ def data_check(name: str, root: Optional[str]) -> None:
 
 
 @main.command()
+@click.option("--dataset", required=True, help="data set to train on, e.g. mnist")
+@click.option("--model", "model", default="small-resnet-adapter", show_default=True,
+              help="backbone: resnet18-adapter or small-resnet-adapter (trained without adapters)")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="state-dict file to write")
+@click.option("--option", "options", multiple=True, help="model option key=value (TOML value), e.g. --option widths=[8,16,32,64]")
+@click.option("--epochs", default=2, show_default=True, type=int)
+@click.option("--batch-size", default=64, show_default=True, type=int)
+@click.option("--lr", default=0.05, show_default=True, type=float, help="SGD lr, cosine-annealed over the epochs")
+@click.option("--momentum", default=0.9, show_default=True, type=float)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--threads", default=1, show_default=True, type=int,
+              help="torch CPU threads (small batches run fastest on one; 0 = torch's default)")
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
+def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epochs: int, batch_size: int, lr: float,
+             momentum: float, seed: int, threads: int, root: Optional[str]) -> None:
+    """Train a backbone centrally on DATASET and save a torchvision-format state dict for model.options.pretrained."""
+    import torch
+
+    from pfedkit.config import parse_override
+    from pfedkit.pretrain import pretrain_backbone
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+    parsed = {path[-1]: value for path, value in (parse_override(f"model.{o}") for o in options)}
+    result = pretrain_backbone(dataset, model, out, options=parsed, epochs=epochs, batch_size=batch_size, lr=lr,
+                               momentum=momentum, seed=seed, root=root, log=click.echo)
+    acc = f", test accuracy {result['test_acc']:.4f}" if "test_acc" in result else ""
+    click.echo(f"saved {out} ({model} on {dataset}, {result['seconds']:.0f} s{acc}); use it with "
+               f"model.options.pretrained = \"{out}\"")
+
+
+@main.command()
 def methods() -> None:
     """List every method with its hyper-parameters and defaults."""
     from pfedkit.methods import METHODS

@@ -17,6 +17,15 @@ from pfedkit.models.adapters import (
     load_backbone,
 )
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared CPU: one thread avoids oversubscription stalls; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 SMALL = dict(widths=[4, 8, 8, 16])  # a tiny backbone of the same design keeps these tests fast
 
 
@@ -314,3 +323,26 @@ def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path)
     ])
     summary = run_experiment(config, tmp_path / "run", progress=False)
     assert summary["rounds"] == 2 and 0 <= summary["last_acc"] <= 1
+
+
+# ---------------------------------------------------------------- pretrain
+
+def test_pretrain_saves_a_backbone_the_adapter_models_load(tmp_path):
+    from click.testing import CliRunner
+
+    from pfedkit.cli import main
+
+    out = tmp_path / "backbone.pt"
+    result = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--out", str(out), "--epochs", "1",
+                                       "--option", "widths=[4, 8, 8, 16]", "--option", "stem_stride=1"])
+    assert result.exit_code == 0, result.output
+    saved = torch.load(out, weights_only=True)
+    assert "fc.weight" in saved and not any("adapter" in k for k in saved)
+    model = build_model("small-resnet-adapter", (1, 8, 8), 4, widths=[4, 8, 8, 16], stem_stride=1,
+                        pretrained=str(out))
+    assert torch.equal(model.body.state_dict()["layer2.0.conv2.weight"], saved["layer2.0.conv2.weight"])
+    assert not torch.equal(model.body.state_dict()["layer2.0.conv2.weight"],
+                           build_model("small-resnet-adapter", (1, 8, 8), 4, widths=[4, 8, 8, 16],
+                                       stem_stride=1).body.state_dict()["layer2.0.conv2.weight"])
+    bad = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--model", "resnet18", "--out", str(out)])
+    assert bad.exit_code == 2 and "resnet18-adapter" in bad.output
