@@ -24,6 +24,7 @@ class DataSection(Section):
     dataset: str = "digits"
     root: Optional[str] = None  # else $PFEDKIT_DATA, else ~/.cache/pfedkit
     options: dict[str, Any] = Field(default_factory=dict)
+    fraction: float = Field(1.0, gt=0, le=1)  # keep this share of each class of each split (seeded), for small-scale runs
 
 
 class PartitionSection(Section):

@@ -245,3 +245,21 @@ def test_heatmap_writes_a_png(tmp_path, clients, classes):
 def test_heatmap_rejects_a_bad_matrix(tmp_path):
     with pytest.raises(DataError, match="clients, classes"):
         save_partition_heatmap(np.zeros(5), tmp_path / "x.png")
+
+
+def test_data_fraction_keeps_each_class_share_of_each_split_seeded():
+    import torch
+
+    from pfedkit.config import build_config
+    from pfedkit.data.federated import build_federated, keep_fraction
+    from pfedkit.data.sources import load_dataset
+
+    source = load_dataset("synthetic", samples=2000, test_samples=500)
+    small = keep_fraction(source, 0.2, seed=0)
+    for full_y, part_y in ((source.train_y, small.train_y), (source.test_y, small.test_y)):
+        expected = np.floor(0.2 * np.bincount(full_y.numpy(), minlength=10) + 0.5)
+        np.testing.assert_array_equal(np.bincount(part_y.numpy(), minlength=10), expected)
+    assert torch.equal(keep_fraction(source, 0.2, seed=0).train_x, small.train_x)
+    assert not torch.equal(keep_fraction(source, 0.2, seed=1).train_x, small.train_x)
+    config = build_config({"data": {"dataset": "synthetic", "fraction": 0.2}, "partition": {"scheme": "iid", "clients": 4}})
+    assert sum(build_federated(config).train_sizes()) + sum(build_federated(config).test_sizes()) == len(small.train_y) + len(small.test_y)

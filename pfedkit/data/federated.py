@@ -1,7 +1,7 @@
 """FederatedDataset: one in-memory tensor pool, per-client train/test indices, and their statistics."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -57,10 +57,27 @@ def default_min_samples(config: Config, pool_size: int) -> int:
                               train_fraction=1 - config.partition.test_fraction)
 
 
+def keep_fraction(source: DataSource, fraction: float, seed: int) -> DataSource:
+    """The same share of every class of each split, seeded: a smaller data set with the same label mix."""
+    from pfedkit.data.proxy import holdout_indices
+
+    if fraction >= 1:
+        return source
+
+    def kept(x: torch.Tensor, y: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        pick = torch.from_numpy(holdout_indices(y.numpy(), fraction, seed, stream=f"data-fraction-{split}")[0])
+        return x[pick], y[pick]
+
+    train_x, train_y = kept(source.train_x, source.train_y, "train")
+    test_x, test_y = (source.test_x, source.test_y) if source.test_x is None else kept(source.test_x, source.test_y, "test")
+    return replace(source, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
+
+
 def build_federated(config: Config, source: DataSource | None = None) -> FederatedDataset:
     from pfedkit.data.proxy import split_server_data
 
     source = source or load_dataset(config.data.dataset, config.data.root, **config.data.options)
+    source = keep_fraction(source, config.data.fraction, config.run.seed)
     source, server = split_server_data(config.proxy, source, config.run.seed, config.data.root)
     part, seed = config.partition, config.run.seed
     options = dict(

@@ -15,9 +15,10 @@ from pfedkit.methods.base import ServerData
 from pfedkit.seeding import numpy_generator
 
 
-def holdout_indices(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def holdout_indices(labels: np.ndarray, fraction: float, seed: int, stream: str = "server-holdout"
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """(held out, kept): round(fraction * n_c) random samples of each class c held out, seeded; sorted indices."""
-    rng = numpy_generator(seed, -1, -1, "server-holdout")
+    rng = numpy_generator(seed, -1, -1, stream)
     held = []
     for c in np.unique(labels):
         members = np.flatnonzero(labels == c)
