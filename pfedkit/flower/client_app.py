@@ -53,12 +53,15 @@ def node_of(context: Context) -> Node:
 
 @app.query("info")
 def info(msg: Message, context: Context) -> Message:
-    node = node_of(context)
+    return Message(describe(node_of(context)), reply_to=msg)
+
+
+def describe(node: Node) -> RecordDict:
+    """Who this node is and the shape of its data; no samples, no labels."""
     data = node.data
-    record = ConfigRecord({"client-id": node.cid, "input-shape": [int(s) for s in data.train_x.shape[1:]],
-                           "num-classes": data.num_classes, "num-train": data.num_train,
-                           "num-test": int(data.test_y.shape[0])})
-    return Message(RecordDict({INFO: record}), reply_to=msg)
+    return RecordDict({INFO: ConfigRecord({
+        "client-id": node.cid, "input-shape": [int(s) for s in data.train_x.shape[1:]], "num-classes": data.num_classes,
+        "num-train": data.num_train, "num-test": int(data.test_y.shape[0])})})
 
 
 @app.train()

@@ -39,7 +39,7 @@ class FlowerRun(RoundLoop):
         self.data_shape_from: int = -1
         self.wait_for_clients()
         input_shape, num_classes = self.data_shape
-        self.method = build_method(settings.config, input_shape, num_classes)
+        self.method = build_method(settings.config, input_shape, num_classes, server_data(settings.config))
         self.run_key = f"{settings.run_name}-{uuid.uuid4().hex[:12]}"  # keys client state on the nodes' disks
         self.checkpointed = 0
         self.reply_rows: list[dict[str, Any]] = []  # who answered, on which node, from which saved state
@@ -171,6 +171,15 @@ class FlowerRun(RoundLoop):
     def checkpoint(self) -> None:
         super().checkpoint()
         self.checkpointed = self.next_round
+
+
+def server_data(config) -> Any:
+    """Validation and proxy data for methods that use it ([proxy]); built as the simulation builds it, so the
+    server needs the data set (the nodes' partition spec); without [proxy], none."""
+    from pfedkit.config import ProxySection
+    from pfedkit.data.federated import build_federated
+
+    return build_federated(config).server if config.proxy != ProxySection() else None
 
 
 @app.main()
