@@ -398,3 +398,30 @@ def test_killed_node_is_left_out_and_resumes_its_state_from_disk_after_a_restart
     assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in read_csv(tmp_path / "sim/metrics.csv")]
     final, _ = ClientStateStore(state[1], run_key, 1).load(99)
     assert same_message(final, sim.clients[1])
+
+
+def test_the_core_never_imports_flwr():
+    import subprocess
+
+    code = ("import sys, pfedkit.cli, pfedkit.engine.simulation, pfedkit.methods, pfedkit.flower.settings, "
+            "pfedkit.flower.state, pfedkit.flower.node_data, pfedkit.flower.local; print('flwr' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_cli_writes_the_app_and_names_the_next_steps(tmp_path):
+    from click.testing import CliRunner
+
+    from pfedkit.cli import main
+    from pfedkit.config import dump_toml
+
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(small().to_dict()))
+    result = CliRunner().invoke(main, ["flower", "app", str(config), "--out", str(tmp_path / "run"), "--app",
+                                       str(tmp_path / "app"), "--min-replies", "2"])
+    assert result.exit_code == 0, result.output
+    assert "flwr run" in result.output and "client-id=K" in result.output
+    run_config = tomllib.loads((tmp_path / "app/pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    settings = RunSettings.from_run_config(run_config)
+    assert settings.min_replies == 2 and settings.run_name == "run" and settings.out == (tmp_path / "run").resolve()
+    assert settings.config == small()

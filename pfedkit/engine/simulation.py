@@ -227,6 +227,8 @@ class Simulation(RoundLoop):
         self.start(resume)
 
     def restore(self, ckpt: dict[str, Any]) -> None:
+        if "clients" not in ckpt:  # the clients' states are on their own machines
+            raise PfedkitError(f"{self.out} holds a Flower run; resume it with `pfedkit flower ... --resume`")
         self.clients = {int(k): v for k, v in ckpt["clients"].items()}
 
     def checkpoint_extra(self) -> dict[str, Any]:
