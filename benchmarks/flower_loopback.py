@@ -8,6 +8,7 @@ Writes the deployment's metrics, replies, summary and logs, the simulation's met
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,7 @@ def main() -> None:
     out = args.out.resolve()
     if out.exists():
         shutil.rmtree(out)
+    load_before = os.getloadavg()[0]  # the machine may be shared: both timings are only comparable under one load
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         start = time.perf_counter()
@@ -74,6 +76,7 @@ def main() -> None:
         f"{flower_wall:.1f} s wall in all (SuperLink and SuperNodes start-up included)",
         f"same metrics (acc, client-mean acc, loss, bytes, clients trained) in every round: {same}",
         f"best acc: simulation {sim_summary['best_acc']:.4f}",
+        f"1-minute load average: {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores",
     ]
     text = "\n".join(lines)
     print(text)

@@ -315,6 +315,21 @@ def test_missing_replies_do_not_stop_a_round_and_min_replies_holds_the_server(tm
 
 # ---------------------------------------------------------------- a real SuperLink and SuperNodes on 127.0.0.1
 
+def started_processes_left() -> list[str]:
+    """Processes this test process started (transitively) that still run."""
+    import os
+
+    from pfedkit.flower.local import descendants
+
+    left = []
+    for pid in descendants(os.getpid()):
+        try:
+            left.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:
+            pass
+    return left
+
+
 def wait_rows(path: Path, count: int, proc, timeout: float) -> list[dict]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -336,6 +351,7 @@ def test_loopback_deployment_equals_the_simulation(tmp_path, one_thread):
     cfg = small(clients=2, rounds=2)
     settings = RunSettings(cfg, tmp_path / "fl", run_name="loop", round_timeout=60, connect_timeout=60)
     run_loopback(settings, tmp_path / "work", 2, timeout=240, node_config={"threads": 1, "state-dir": str(tmp_path / "state")})
+    assert started_processes_left() == []
     sim = Simulation(cfg, tmp_path / "sim", progress=False)
     sim.run()
     flower_rows, sim_rows = read_csv(tmp_path / "fl/metrics.csv"), read_csv(tmp_path / "sim/metrics.csv")
@@ -382,6 +398,7 @@ def test_killed_node_is_left_out_and_resumes_its_state_from_disk_after_a_restart
         saved, saved_after = store.load(99)
         fed.start_node(1, state_dir=state[1], threads=1)  # same client id, new Flower node id
         run.wait(timeout=240)
+    assert started_processes_left() == []
     rows = read_csv(out / "metrics.csv")
     assert len(rows) == 4 and rows[1]["missing"] == "1" and rows[1]["clients_trained"] == "1"
     replies = read_csv(out / "replies.csv")

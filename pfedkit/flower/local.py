@@ -54,18 +54,56 @@ def node_config_text(values: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={literal(v)}" for k, v in values.items())
 
 
-def stop(proc: Optional[subprocess.Popen], grace: float = 15.0) -> None:
-    """SIGTERM the process (started in its own session), then SIGKILL if it lingers; children go with the group."""
-    if proc is None or proc.poll() is not None:
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc; empty elsewhere). Flower starts some helpers in their own
+    sessions (the SuperLink's flower-superexec and its ServerApp), so a group kill alone can miss them."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop(proc: Optional[subprocess.Popen], grace: float = 15.0, sig: int = signal.SIGTERM) -> None:
+    """Signal the process (started in its own session), its group and every descendant; SIGKILL what lingers."""
+    if proc is None:
         return
+    below = descendants(proc.pid)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    _signal(below, sig)
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait(timeout=grace)
-    except ProcessLookupError:
-        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in below):
+        time.sleep(0.1)
+    _signal([pid for pid in below if Path(f"/proc/{pid}").exists()], signal.SIGKILL)
 
 
 class LoopbackFederation:
@@ -127,12 +165,7 @@ class LoopbackFederation:
 
     def kill_node(self, cid: int) -> None:
         """Kill a node abruptly (SIGKILL to its group): as a crashed machine would leave."""
-        proc = self.nodes.pop(cid)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
+        stop(self.nodes.pop(cid), grace=30, sig=signal.SIGKILL)
 
     def run_app(self, app_dir: str | Path, log_name: str = "run.log") -> subprocess.Popen:
         """`flwr run APP loopback --stream`, its output in WORKDIR/LOG_NAME; returns the process."""
