@@ -6,10 +6,11 @@ Columns: `in-domain` (10% of F-MNIST's training set held out: the server's proxy
 fine-tuned and split baselines (on the same backbone without adapters, fully trained, as the paper's 11.18M-
 parameter baselines) and the ablations without HDA, without AKT and without both. The out-of-domain column runs
 the rows that use a proxy (--ood-rows). Scaled down from the paper (methods.md 2.4) to fit a CPU, see SMALL below:
-fewer rounds, 1 local epoch, 10 proxy batches of 256 per distillation, 3 PGD steps, distillation in the first
-15% of rounds (the code's 30 of 200). Runs resume; rows and columns may run in separate calls or on other machines.
+a quarter of F-MNIST (--fraction), fewer rounds, 1 local epoch, 10 proxy batches of 256 per distillation,
+3 PGD steps, distillation in the first 15% of rounds (the code's 30 of 200). Runs resume; rows and columns may run in separate calls or on other machines.
 
 Usage: python benchmarks/heart_table1.py [--rows heart-pfl,perada] [--columns in-domain] [--rounds 30] [--seeds 0]
+       [--local-epochs 1] [--fraction 0.25]
        [--workers 0] [--data-root ../shared/data] [--out benchmarks/results/heart_table1] [--table-only]
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ import argparse
 import copy
 import math
 from pathlib import Path
+
+import torch
 
 from pfedkit.engine.store import atomic_write_text, read_csv
 from pfedkit.reports.compare import compare_configs, method_config
@@ -34,7 +37,7 @@ COLUMNS = {"in-domain": "F-MNIST, in-domain proxy", "ood-mnist": "F-MNIST, MNIST
 PAPER = {"heart-pfl": 63.42, "perada": 62.44, "fedavg-ft": 45.64, "fedper": 56.65, "fedbabu": 49.66}
 BACKBONE = dict(widths=[8, 16, 32, 64], blocks=1, stem_stride=2)
 SMALL = {  # our choice: the paper's procedure with fewer and smaller steps, so that a row takes minutes on a CPU
-    "train": {"local_epochs": 1, "batch_size": 16, "lr": 0.01, "join_ratio": 0.4},
+    "train": {"batch_size": 16, "lr": 0.01, "join_ratio": 0.4},
     "server": {"kd_steps": 10, "kd_batch": 256, "pgd_steps": 3},
 }
 
@@ -42,10 +45,10 @@ SMALL = {  # our choice: the paper's procedure with fewer and smaller steps, so 
 def base_config(args: argparse.Namespace, backbone: Path, column: str) -> dict:
     proxy = {"holdout": 0.1} | ({"dataset": "mnist"} if column == "ood-mnist" else {})
     return {
-        "data": {"dataset": "fashion-mnist", "root": args.data_root},
+        "data": {"dataset": "fashion-mnist", "root": args.data_root, "fraction": args.fraction},
         "partition": {"scheme": "dirichlet", "clients": 20, "beta": 0.1},
         "model": {"name": "small-resnet-adapter", "options": {**BACKBONE, "pretrained": str(backbone)}},
-        "train": {"rounds": args.rounds, **SMALL["train"]},
+        "train": {"rounds": args.rounds, "local_epochs": args.local_epochs, **SMALL["train"]},
         "eval": {"protocol": "official-test", "every": 2},
         "proxy": proxy,
         "run": {"seed": 0, "checkpoint_every": 5, "workers": args.workers},
@@ -67,11 +70,8 @@ def row_config(base: dict, row: str, rounds: int) -> dict:
 def ensure_backbone(path: Path, data_root: str) -> None:
     if path.exists():
         return
-    import torch
-
     from pfedkit.pretrain import pretrain_backbone
 
-    torch.set_num_threads(1)  # small batches: one thread is fastest, and several stall on a shared CPU
     print(f"pretraining the small backbone on MNIST -> {path}")
     result = pretrain_backbone("mnist", "small-resnet-adapter", path, options=BACKBONE, epochs=2, root=data_root)
     print(f"MNIST test accuracy {result['test_acc']:.4f} in {result['seconds']:.0f} s")
@@ -80,6 +80,8 @@ def ensure_backbone(path: Path, data_root: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--local-epochs", type=int, default=1, help="both client stages (the paper: 10)")
+    parser.add_argument("--fraction", type=float, default=0.25, help="share of F-MNIST kept (data.fraction)")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--ood-rows", default="heart-pfl,perada", help="rows run in the out-of-domain column")
@@ -89,6 +91,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "heart_table1"))
     parser.add_argument("--table-only", action="store_true", help="write the table from finished runs, train nothing")
     args = parser.parse_args()
+    torch.set_num_threads(1)  # this process pretrains and distils on small batches: one thread is fastest on a shared CPU
     rows, columns = [r.strip() for r in args.rows.split(",")], [c.strip() for c in args.columns.split(",")]
     ood_rows = {r.strip() for r in args.ood_rows.split(",")}
     if set(rows) - set(ROWS) or set(columns) - set(COLUMNS):
