@@ -6,7 +6,7 @@ Columns: `in-domain` (10% of F-MNIST's training set held out: the server's proxy
 fine-tuned and split baselines (on the same backbone without adapters, fully trained, as the paper's 11.18M-
 parameter baselines) and the ablations without HDA, without AKT and without both. The out-of-domain column runs
 the rows that use a proxy (--ood-rows). Scaled down from the paper (methods.md 2.4) to fit a CPU, see SMALL below:
-a quarter of F-MNIST (--fraction), fewer rounds, 1 local epoch, 10 proxy batches of 256 per distillation,
+a quarter of F-MNIST (--fraction), fewer rounds, 1 local epoch, 10 proxy batches of 128 per distillation,
 3 PGD steps, distillation in the first 15% of rounds (the code's 30 of 200). Runs resume; rows and columns may run in separate calls or on other machines.
 
 Usage: python benchmarks/heart_table1.py [--rows heart-pfl,perada] [--columns in-domain] [--rounds 30] [--seeds 0]
@@ -38,7 +38,7 @@ PAPER = {"heart-pfl": 63.42, "perada": 62.44, "fedavg-ft": 45.64, "fedper": 56.6
 BACKBONE = dict(widths=[8, 16, 32, 64], blocks=1, stem_stride=2)
 SMALL = {  # our choice: the paper's procedure with fewer and smaller steps, so that a row takes minutes on a CPU
     "train": {"batch_size": 16, "lr": 0.01, "join_ratio": 0.4},
-    "server": {"kd_steps": 10, "kd_batch": 256, "pgd_steps": 3},
+    "server": {"kd_steps": 10, "kd_batch": 128, "pgd_steps": 3},
 }
 
 
