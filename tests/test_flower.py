@@ -236,7 +236,7 @@ class FakeGrid:
 
         self.nodes = {node: Node(cfg, {"client-id": cid, "state-dir": str(state_root)}) for cid, node in node_ids.items()}
         self.dead: dict[int, set[int]] = {}  # round -> node ids that do not answer
-        self.round = None
+        self.crash_in_round: int | None = None  # the server dies once the clients of this round have trained
 
     def get_node_ids(self):
         return list(self.nodes)
@@ -256,6 +256,8 @@ class FakeGrid:
                 content = work(node, msg.content)
             replies.append(SimpleNamespace(metadata=SimpleNamespace(src_node_id=node_id), content=content,
                                            has_error=lambda: False, error=None))
+        if messages and messages[0].metadata.group_id == str(self.crash_in_round):
+            raise KeyboardInterrupt("the server machine went down")
         return replies
 
 
@@ -311,6 +313,22 @@ def test_missing_replies_do_not_stop_a_round_and_min_replies_holds_the_server(tm
     rows = read_csv(tmp_path / "b/metrics.csv")
     assert rows[1]["clients_trained"] == "0" and 1 not in before  # round 1 aggregated nothing
     assert rows[0]["clients_trained"] == "3"
+
+
+def test_a_resumed_server_replays_from_its_checkpoint_with_the_clients_saved_states(tmp_path, in_a_run, one_thread):
+    cfg = small(clients=3, rounds=4)
+    nodes = {0: 101, 1: 102, 2: 103}
+    grid = FakeGrid(cfg, nodes, tmp_path / "state")
+    grid.crash_in_round = 2  # the nodes have trained round 2 and saved that state; the server never aggregated it
+    with pytest.raises(KeyboardInterrupt):
+        flower_run_on(grid, cfg, tmp_path / "fl").run()
+    assert len(read_csv(tmp_path / "fl/metrics.csv")) == 2
+    flower_run_on(FakeGrid(cfg, nodes, tmp_path / "state"), cfg, tmp_path / "fl", resume=True).run()
+    run_experiment(cfg, tmp_path / "sim", progress=False)
+    flower_rows, sim_rows = read_csv(tmp_path / "fl/metrics.csv"), read_csv(tmp_path / "sim/metrics.csv")
+    assert [[r[k] for k in COMPARED] for r in flower_rows] == [[r[k] for k in COMPARED] for r in sim_rows]
+    rounds_started_from = [(int(r["round"]), int(r["state_round"])) for r in read_csv(tmp_path / "fl/replies.csv")]
+    assert (2, 1) in rounds_started_from  # the replayed round 2 started from round 1's state, not the newer one
 
 
 # ---------------------------------------------------------------- a real SuperLink and SuperNodes on 127.0.0.1
