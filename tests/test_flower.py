@@ -460,3 +460,20 @@ def test_cli_writes_the_app_and_names_the_next_steps(tmp_path):
     settings = RunSettings.from_run_config(run_config)
     assert settings.min_replies == 2 and settings.run_name == "run" and settings.out == (tmp_path / "run").resolve()
     assert settings.config == small()
+
+
+def test_a_node_with_another_pfedkit_version_is_refused(tmp_path, in_a_run, monkeypatch):
+    import pfedkit.flower.client_app as client_app
+
+    cfg = small(clients=2)
+    grid = FakeGrid(cfg, {0: 101, 1: 102}, tmp_path / "state")
+    real = client_app.describe
+
+    def older(node):
+        records = real(node)
+        if node.cid == 1:
+            records["pfedkit.info"]["pfedkit-version"] = "0.0.1"
+        return records
+    monkeypatch.setattr(client_app, "describe", older)
+    with pytest.raises(PfedkitError, match="client 1 .* runs pfedkit 0.0.1"):
+        flower_run_on(grid, cfg, tmp_path / "fl")

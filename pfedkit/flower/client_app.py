@@ -14,6 +14,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+import pfedkit
 from pfedkit.config import Config
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.engine.simulation import build_method
@@ -61,7 +62,7 @@ def describe(node: Node) -> RecordDict:
     data = node.data
     return RecordDict({INFO: ConfigRecord({
         "client-id": node.cid, "input-shape": [int(s) for s in data.train_x.shape[1:]], "num-classes": data.num_classes,
-        "num-train": data.num_train, "num-test": int(data.test_y.shape[0])})})
+        "num-train": data.num_train, "num-test": int(data.test_y.shape[0]), "pfedkit-version": pfedkit.__version__})})
 
 
 @app.train()

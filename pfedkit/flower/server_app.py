@@ -15,6 +15,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+import pfedkit
 from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop, build_method
 from pfedkit.engine.store import atomic_write_csv
 from pfedkit.errors import PfedkitError
@@ -78,6 +79,9 @@ class FlowerRun(RoundLoop):
                 continue
             info = reply.content.config_records[INFO_RECORD]
             cid = int(info["client-id"])
+            if info.get("pfedkit-version") != pfedkit.__version__:  # the app carries no code: each machine runs its own
+                raise PfedkitError(f"client {cid} (node {node}) runs pfedkit {info.get('pfedkit-version')}, the server "
+                                   f"{pfedkit.__version__}; install the same pfedkit on every machine")
             self.check_shape(cid, (tuple(int(s) for s in info["input-shape"]), int(info["num-classes"])))
             if cid in self.nodes and self.nodes[cid] != node:
                 log(WARNING, "pfedkit: client %s now answers on node %s (was node %s)", cid, node, self.nodes[cid])
