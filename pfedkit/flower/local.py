@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -39,7 +40,8 @@ def free_port() -> int:
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
+    beside = Path(sys.executable).parent / name  # this Python's scripts, even when its folder is not on PATH
+    path = str(beside) if beside.is_file() else shutil.which(name)
     if path is None:
         raise PfedkitError(f"`{name}` is not on PATH; install Flower with `pip install pfedkit[flower]`")
     return path
