@@ -254,7 +254,7 @@ def test_fedproto_per_trains_as_fedproto_and_evaluates_its_own_model_fine_tuned_
         torch.testing.assert_close(tuned(data.test_x), forward(expected, data.test_x)[1])  # predicts with its head
 
 
-ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}, "pfedhn": {"rounds": 8}, "fedproto-per": {}}  # the hypernetwork needs a few more rounds
+ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}, "pfedhn": {"rounds": 12}, "fedproto-per": {}}  # the hypernetwork needs a few more rounds
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))

@@ -2,8 +2,9 @@
 
 The server holds a hypernetwork h(v; phi) and one embedding v_i per client. It sends client i the model
 theta_i = h(v_i; phi). The client trains theta_i locally and replies only the change Delta_i = theta_i' - theta_i.
-The server takes one step on phi and v_i along -(d theta_i / d (phi, v_i))^T (-Delta_i) per replying client, i.e. it
-backpropagates the change through the hypernetwork (SGD with momentum and weight decay, as the authors' code). The generated model theta_i is
+The server moves phi and v_i along -(d theta_i / d (phi, v_i))^T (-Delta_i), i.e. it backpropagates the change
+through the hypernetwork (SGD with momentum and weight decay, as the authors' code), summed over the round's clients
+into one step. The generated model theta_i is
 the client's personalized model; nothing stays on the client.
 """
 from __future__ import annotations
@@ -99,28 +100,34 @@ class PFedHN(Method):
         return {**delta, "num_samples": data.num_train}, {}
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
-        new = dict(server)
-        for cid in sorted(replies):  # one hypernetwork step per client, as the authors' one-client steps (our order: by id)
-            new = self.step(new, cid, replies[cid])
-        return new
-
-    def step(self, server: State, cid: int, reply: State) -> State:
-        """One SGD step on phi and v_cid along the change backpropagated through the hypernetwork; no other embedding
-        is in the step, so none moves (not even by weight decay)."""
+        """One SGD step per round on phi (the sum of the replying clients' gradients, each clipped as one authors'
+        step; their changes were all made from this round's phi) and on each replying client's embedding. No other
+        embedding is in the step, so none moves (not even by weight decay)."""
+        if not replies:
+            return server
         p, net = self.params, self.load_hypernetwork(server)
-        v = self.embedding(server, cid).clone().requires_grad_()
-        generated = net(v)
-        params = [*net.parameters(), v]
-        grads = torch.autograd.grad([generated[n] for n in generated], params,
-                                    grad_outputs=[-reply["delta." + n] for n in generated])
-        names = [HN + k for k, _ in net.named_parameters()] + [EMBEDDING.format(cid=cid)]
-        momentum_names = [HN_MOMENTUM + k for k, _ in net.named_parameters()] + [EMBEDDING_MOMENTUM.format(cid=cid)]
+        cids = sorted(replies)
+        embeddings = [self.embedding(server, cid).clone().requires_grad_() for cid in cids]
+        weights = list(net.parameters())
+        weight_grads = [torch.zeros_like(w) for w in weights]
+        embedding_grads = []
+        for cid, v in zip(cids, embeddings):
+            generated = net(v)
+            grads = list(torch.autograd.grad([generated[n] for n in generated], weights + [v],
+                                             grad_outputs=[-replies[cid]["delta." + n] for n in generated]))
+            norm = torch.cat([g.reshape(-1) for g in grads]).norm()
+            clip = min(1.0, p.server_grad_clip / (float(norm) + 1e-6))  # the authors' clip_grad_norm_ per client step
+            for total, g in zip(weight_grads, grads[:-1]):
+                total.add_(g, alpha=clip)
+            embedding_grads.append(grads[-1] * clip)
+        params = weights + embeddings
+        names = [HN + k for k, _ in net.named_parameters()] + [EMBEDDING.format(cid=c) for c in cids]
+        momentum_names = [HN_MOMENTUM + k for k, _ in net.named_parameters()] + [EMBEDDING_MOMENTUM.format(cid=c) for c in cids]
         opt = torch.optim.SGD(params, lr=p.server_lr, momentum=p.server_momentum, weight_decay=p.server_weight_decay)
-        for param, grad, mname in zip(params, grads, momentum_names):
-            param.grad = grad.clone()
+        for param, grad, mname in zip(params, weight_grads + embedding_grads, momentum_names):
+            param.grad = grad
             if mname in server:
                 opt.state[param]["momentum_buffer"] = server[mname].clone()
-        torch.nn.utils.clip_grad_norm_(params, p.server_grad_clip)
         opt.step()
         new = dict(server)
         for param, name, mname in zip(params, names, momentum_names):
