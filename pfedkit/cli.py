@@ -179,6 +179,47 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 
 
 @main.command()
+@click.argument("suite", required=False)
+@click.option("--list", "show_list", is_flag=True, help="show every suite: paper, rows, columns, data, time")
+@click.option("--scale", default="small", show_default=True, type=click.Choice(["small", "full"]),
+              help="small: what finishes here in about two hours; full: the paper's setting")
+@click.option("--seeds", default="0", show_default=True, help="comma-separated seeds")
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False), help="default runs/reproduce/SUITE")
+@click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
+@click.option("--columns", default=None, help="comma-separated columns to run")
+@click.option("--workers", default=None, type=int, help="worker processes; 0 = one per core")
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
+@click.option("--table-only", is_flag=True, help="write the table from the finished runs in --out, train nothing")
+@click.option("--quiet", is_flag=True, help="no progress bars")
+def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: str, out: Optional[str], rows: Optional[str],
+              columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
+              table_only: bool, quiet: bool) -> None:
+    """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
+    from pfedkit.reports.reproduce import describe, run_suite
+    from pfedkit.reports.suites import SUITES
+
+    if show_list or suite is None:
+        click.echo("\n\n".join(describe(s) for s in SUITES.values()))
+        if suite is None and not show_list:
+            click.echo("\nrun one with: pfedkit reproduce SUITE [--scale small|full] [--seeds 0,1,2] [--out DIR]")
+        return
+    if suite not in SUITES:
+        raise click.BadParameter(f"{suite!r}: suites are {', '.join(SUITES)} (see --list)", param_hint="SUITE")
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{seeds!r}: seeds are integers, e.g. 0,1,2", param_hint="--seeds") from None
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
+    folder = Path(out) if out else Path("runs") / "reproduce" / suite
+    table = run_suite(SUITES[suite], scale=scale, seeds=seed_list, out=folder, overrides=overrides,
+                      rows=split(rows), columns=split(columns), data_root=root, workers=workers,
+                      table_only=table_only, progress=not quiet, log=click.echo)
+    click.echo(table)
+    click.echo(f"table: {folder / 'table.md'}  ({folder / 'table.csv'}, curves_<column>.png)")
+
+
+@main.command()
 def methods() -> None:
     """List every method with its hyper-parameters and defaults."""
     from pfedkit.methods import METHODS

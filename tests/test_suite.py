@@ -19,7 +19,7 @@ def test_paper_table_averages_finished_seeds_and_marks_missing_cells(tmp_path):
     fake_run(tmp_path / "col" / "a" / "seed2", [0.1, 0.7, 0.6], 2)
     (tmp_path / "col" / "a" / "seed1").mkdir()  # started, never finished: not counted
     lines, rounds = paper_table(tmp_path, {"col": "Col"}, ["a", "b"], {"a": {"col": 65.0}}, last_k=2)
-    assert lines[0] == "| method | Col ours (best) | last | mean of last 2 | paper |"
-    assert lines[2] == "| a | 60.00 ± 14.14 (n=2) | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 |"
-    assert lines[3] == "| b | not run | not run | not run | - |"
+    assert lines[0] == "| method | Col ours (best) | last | mean of last 2 | paper | best - paper |"
+    assert lines[2] == "| a | 60.00 ± 14.14 (n=2) | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 | -5.00 |"
+    assert lines[3] == "| b | not run | not run | not run | - | - |"
     assert rounds == {2}

@@ -53,7 +53,8 @@ def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str
     return "\n".join(lines)
 
 
-def _mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per-round mean accuracy over seeds."""
     by_round: dict[int, list[float]] = {}
     for rows in runs:
         for r in rows:
@@ -92,7 +93,7 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
     atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m]],
                      ["method", "seed", "best_acc", "best_round", "last_acc", "best_acc_client_mean",
                       "last_acc_client_mean", "train_s", "eval_s", "bytes_down", "bytes_up", "protocol"])
-    plot = save_curves({m: _mean_curve(curves[m]) for m in methods}, out / "curves.png", title=title)
+    plot = save_curves({m: mean_curve(curves[m]) for m in methods}, out / "curves.png", title=title)
     return table, plot
 
 

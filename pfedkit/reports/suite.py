@@ -37,7 +37,7 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
                 *, last_k: Optional[int] = None) -> tuple[list[str], set[int]]:
     """Markdown lines: per column ours (best, last, and the mean of the last k rounds if asked) beside the paper's
     number; and the set of round counts the finished runs used."""
-    per_column = ["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else []) + ["paper"]
+    per_column = ["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else []) + ["paper", "best - paper"]
     header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
                                         for c in columns for i, h in enumerate(per_column)) + " |"
     lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
@@ -53,6 +53,8 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
                 cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
             number = paper.get(method, {}).get(col)
             cells.append("-" if number is None else f"{number:.2f}")
+            best = [100 * s["best_acc"] for s in summaries]
+            cells.append("-" if number is None or not best else f"{statistics.fmean(best) - number:+.2f}")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return lines, rounds
 

@@ -1,0 +1,20 @@
+"""`pfedkit reproduce SUITE` with this repository's defaults: results under benchmarks/results/<suite>/ (committed)
+and the data in ../shared/data. Any `pfedkit reproduce` option may follow and overrides these.
+
+Usage: python benchmarks/reproduce.py fedafk-table3 [--rows fedafk,fedrep] [--seeds 0,1] [--table-only] ...
+       python benchmarks/reproduce.py --list
+"""
+import sys
+from pathlib import Path
+
+from pfedkit.cli import main
+
+HERE = Path(__file__).resolve().parent
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    suite = next((a for a in args if not a.startswith("-")), None)
+    defaults = ["--data-root", str(HERE.parents[1] / "shared" / "data")]
+    if suite:
+        defaults += ["--out", str(HERE / "results" / suite.replace("-", "_"))]
+    main(["reproduce", *(args[:1] if suite == args[0] else []), *defaults, *args[1 if suite == args[0] else 0:]])

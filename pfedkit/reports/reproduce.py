@@ -1,0 +1,197 @@
+"""`pfedkit reproduce`: one command per paper table.
+
+A suite is a base config, columns (config changes, the paper's numbers), rows (methods, with per-row changes) and
+scales ("full": the paper's setting; "small": what finishes here in about two hours). Running a suite runs every
+cell it can (a column whose data set is missing is reported with the command that fetches it), skips finished
+runs, resumes unfinished ones, and writes `table.md`, `table.csv` and `curves_<column>.png` into the output folder.
+The suites themselves are in `pfedkit/reports/suites.py`.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from pfedkit.config import apply_overrides
+from pfedkit.engine.store import atomic_write_csv, atomic_write_text, read_csv
+from pfedkit.errors import ConfigError, DataError
+from pfedkit.reports.suite import cost_table, finished_runs, mean_of_last, paper_table
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # config sections merged into the base
+    paper: Mapping[str, float] = field(default_factory=dict)  # row -> the paper's accuracy (%)
+    rows: Optional[tuple[str, ...]] = None  # rows run in this column; None = every row
+
+
+@dataclass(frozen=True)
+class Scale:
+    changes: Mapping[str, Mapping[str, Any]]  # config sections merged into base and column (rounds, data share, ...)
+    round_s: float  # seconds per round of a typical row, measured on this project's 2-core machine (0 = unknown)
+    about: str  # one line: how this scale differs from the paper's
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    paper: str  # which paper and table
+    base: Mapping[str, Any]  # the run config every cell starts from
+    columns: Mapping[str, Column]
+    rows: tuple[str, ...]
+    scales: Mapping[str, Scale]
+    row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
+    cell_rule: Optional[Callable[[dict, str, str], None]] = None  # last edits of one (column, row) config, in place
+    prepare: Optional[Callable[[dict, Path, Optional[str]], None]] = None  # before training, e.g. a pretrained backbone
+    last_k: Optional[int] = None  # also show the mean of the last k evaluated rounds
+    cost_column: Optional[str] = None
+    notes: str = ""
+
+    def cells(self, columns: Sequence[str], rows: Sequence[str]) -> list[tuple[str, str]]:
+        return [(c, r) for c in columns for r in rows if self.columns[c].rows is None or r in self.columns[c].rows]
+
+
+def merge(raw: dict[str, Any], changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Sections of `changes` merged into a copy of `raw`, key by key (nested dicts merged too)."""
+    out = copy.deepcopy(raw)
+    for section, values in changes.items():
+        target = out.setdefault(section, {})
+        for key, value in values.items():
+            if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+                target[key] = {**target[key], **value}
+            else:
+                target[key] = copy.deepcopy(value)
+    return out
+
+
+def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequence[str] = (),
+                data_root: Optional[str] = None, workers: Optional[int] = None) -> dict[str, Any]:
+    raw = merge(merge(suite.base, suite.scales[scale].changes), suite.columns[column].changes)
+    raw = merge(raw, {"method": {"name": row}})
+    raw = merge(raw, suite.row_changes.get(row, {}))
+    if suite.cell_rule:
+        suite.cell_rule(raw, column, row)
+    if data_root is not None:
+        raw["data"]["root"] = data_root
+    if workers is not None:
+        raw.setdefault("run", {})["workers"] = workers
+    return apply_overrides(raw, list(overrides))
+
+
+def datasets_of(raw: Mapping[str, Any]) -> list[str]:
+    proxy = raw.get("proxy", {}).get("dataset")
+    return [raw["data"]["dataset"]] + ([proxy] if proxy else [])
+
+
+def missing_data(raw: Mapping[str, Any]) -> Optional[str]:
+    """None when the cell's data sets are on this machine, else what is missing and how to get it."""
+    from pfedkit.data.sources import check_dataset
+
+    for name in datasets_of(raw):
+        try:
+            check_dataset(name, raw["data"].get("root"))
+        except DataError as err:
+            root = f" --data-root {raw['data']['root']}" if raw["data"].get("root") else ""
+            return f"{name} is missing or corrupt ({str(err).splitlines()[0]}); get it with `pfedkit data fetch {name}{root}`"
+    return None
+
+
+def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,), out: Path,
+              overrides: Sequence[str] = (), rows: Optional[Sequence[str]] = None,
+              columns: Optional[Sequence[str]] = None, data_root: Optional[str] = None,
+              workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
+              log: Callable[[str], None] = print) -> str:
+    """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown."""
+    from pfedkit.reports.compare import compare_configs, method_config
+
+    if scale not in suite.scales:
+        raise ConfigError(f"suite {suite.name} has no scale {scale!r}; scales: {', '.join(suite.scales)}")
+    rows = list(rows or suite.rows)
+    columns = list(columns or suite.columns)
+    for given, known, what in ((rows, suite.rows, "rows"), (columns, suite.columns, "columns")):
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            raise ConfigError(f"suite {suite.name} has no {what} {', '.join(unknown)}; its {what}: {', '.join(known)}")
+    out = Path(out)
+    missing: dict[str, str] = {}
+    if not table_only:
+        configs = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers)
+                   for c, r in suite.cells(columns, rows)}
+        for (c, r), raw in configs.items():  # every config is checked before anything trains
+            for seed in seeds:
+                method_config(raw, r, seed)
+            if c not in missing and (problem := missing_data(raw)):
+                missing[c] = problem
+        for c, problem in missing.items():
+            log(f"column {c} skipped: {problem}")
+        todo = {cell: raw for cell, raw in configs.items() if cell[0] not in missing}
+        if todo and suite.prepare:
+            suite.prepare(next(iter(todo.values())), out, data_root)
+        for (c, r), raw in todo.items():
+            compare_configs(raw, [r], list(seeds), out / c, resume=True, progress=progress,
+                            title=f"{suite.paper}, {suite.columns[c].label}")
+    return write_suite_outputs(suite, out, missing, scale)
+
+
+def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], scale: str) -> str:
+    from pfedkit.reports.compare import mean_curve
+    from pfedkit.reports.plots import save_curves
+
+    labels = {c: col.label for c, col in suite.columns.items()}
+    paper = {r: {c: col.paper[r] for c, col in suite.columns.items() if r in col.paper} for r in suite.rows}
+    lines, rounds = paper_table(out, labels, suite.rows, paper, last_k=suite.last_k)
+    lines = [f"# {suite.paper}", "", *lines, "",
+             f"Rounds run: {sorted(rounds) or 'none yet'}. Accuracy in %; mean ± sample std over the seeds that finished "
+             f"(n); best = the best evaluated round, last = the final round. Scale {scale}: {suite.scales[scale].about}"]
+    if suite.notes:
+        lines += ["", suite.notes]
+    for c, problem in missing.items():
+        lines += ["", f"Column {c} not run: {problem}"]
+    if suite.cost_column and (out / suite.cost_column).is_dir():
+        lines += ["", f"Cost per round ({labels[suite.cost_column]}, seed 0, the machine that ran it):", ""]
+        lines += cost_table(out, suite.cost_column, 0, suite.rows, suite.base["partition"].get("clients", 20))
+    table = "\n".join(lines) + "\n"
+    atomic_write_text(out / "table.md", table)
+    records = []
+    for c in suite.columns:
+        curves = {}
+        for r in suite.rows:
+            for run in finished_runs(out / c, r):
+                summary = json.loads((run / "summary.json").read_text())
+                record = {"column": c, "method": r, "seed": run.name.removeprefix("seed"), "rounds": summary["rounds"],
+                          "best_acc": summary["best_acc"], "last_acc": summary["last_acc"],
+                          "paper": suite.columns[c].paper.get(r, "")}
+                if suite.last_k:
+                    record[f"mean_last_{suite.last_k}"] = mean_of_last(run, suite.last_k)
+                records.append(record)
+            if runs := finished_runs(out / c, r):
+                curves[r] = mean_curve([read_csv(run / "metrics.csv") for run in runs])
+        if curves:
+            save_curves(curves, out / f"curves_{c}.png", title=f"{suite.paper}, {suite.columns[c].label}")
+    fields = ["column", "method", "seed", "rounds", "best_acc", "last_acc"] + (
+        [f"mean_last_{suite.last_k}"] if suite.last_k else []) + ["paper"]
+    atomic_write_csv(out / "table.csv", records, fields)
+    return table
+
+
+def describe(suite: Suite) -> str:
+    """The `--list` entry: paper and table, rows, columns, data, and time at each scale on this machine."""
+    data = sorted({d for c in suite.columns for d in datasets_of(cell_config(suite, next(iter(suite.scales)), c,
+                                                                              suite.rows[0]))})
+    lines = [f"{suite.name}: {suite.paper}",
+             f"  rows:    {', '.join(suite.rows)}",
+             f"  columns: " + "; ".join(f"{c} ({col.label})" for c, col in suite.columns.items()),
+             f"  data:    {', '.join(data)}"]
+    cells = len(suite.cells(list(suite.columns), list(suite.rows)))
+    for name, scale in suite.scales.items():
+        rounds = merge(suite.base, scale.changes)["train"]["rounds"]
+        if scale.round_s:
+            hours = cells * rounds * scale.round_s / 3600
+            estimate = f"~{scale.round_s:.0f} s/round per row here, ~{hours:.1f} h for {cells} runs of {rounds} rounds per seed"
+        else:
+            estimate = f"{cells} runs of {rounds} rounds per seed; not timed here (needs a GPU or days on 2 cores)"
+        lines.append(f"  {name:>5}: {estimate}; {scale.about}")
+    return "\n".join(lines)

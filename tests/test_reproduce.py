@@ -1,0 +1,78 @@
+"""`pfedkit reproduce`: suites run every cell they can, skip finished runs, and report missing data."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from pfedkit.cli import main
+from pfedkit.errors import ConfigError
+from pfedkit.reports import reproduce
+from pfedkit.reports.reproduce import Column, Scale, Suite, cell_config, run_suite
+from pfedkit.reports.suites import SUITES
+
+TINY = Suite(
+    name="tiny",
+    paper="a tiny table",
+    base={"data": {"dataset": "synthetic", "options": {"samples": 400, "test_samples": 100}},
+          "partition": {"scheme": "iid", "clients": 3}, "model": {"name": "mlp"},
+          "train": {"rounds": 50, "batch_size": 20}, "run": {"workers": 1}},
+    columns={"a": Column("A", {}, {"fedavg": 50.0}),
+             "b": Column("B", {"partition": {"clients": 4}}, rows=("fedavg",)),
+             "gone": Column("needs MNIST", {"data": {"dataset": "mnist", "options": {}}})},
+    rows=("fedavg", "fedper"),
+    scales={"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds"), "full": Scale({}, 0, "50 rounds")},
+    row_changes={"fedper": {"train": {"lr": 0.05}}},
+)
+
+
+def test_cell_config_layers_scale_column_row_and_user_changes():
+    raw = cell_config(TINY, "small", "b", "fedper", ["train.batch_size=5"])
+    assert raw["train"] == {"rounds": 2, "batch_size": 5, "lr": 0.05}
+    assert raw["partition"]["clients"] == 4 and raw["method"] == {"name": "fedper"}
+    assert TINY.base["train"] == {"rounds": 50, "batch_size": 20}  # the suite itself is untouched
+
+
+def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp_path, monkeypatch):
+    logs = []
+    monkeypatch.setenv("PFEDKIT_DATA", str(tmp_path / "no-data-here"))
+    table = run_suite(TINY, out=tmp_path, progress=False, log=logs.append)
+    assert [c for c in ("a", "b") if (tmp_path / c / "fedavg" / "seed0" / "summary.json").exists()] == ["a", "b"]
+    assert (tmp_path / "a" / "fedper" / "seed0" / "summary.json").exists()
+    assert not (tmp_path / "b" / "fedper").exists()  # not one of column b's rows
+    assert not (tmp_path / "gone").exists()
+    assert any("pfedkit data fetch mnist" in line for line in logs)
+    assert "Column gone not run" in table and "pfedkit data fetch mnist" in table
+    assert (tmp_path / "curves_a.png").exists() and (tmp_path / "curves_b.png").exists()
+    rows = list(csv.DictReader((tmp_path / "table.csv").open()))
+    assert {(r["column"], r["method"]) for r in rows} == {("a", "fedavg"), ("a", "fedper"), ("b", "fedavg")}
+    best = json.loads((tmp_path / "a" / "fedavg" / "seed0" / "summary.json").read_text())["best_acc"]
+    assert f"{100 * best - 50.0:+.2f}" in table  # ours beside the paper's number and the difference
+    calls = []
+    monkeypatch.setattr("pfedkit.engine.simulation.run_experiment", lambda *a, **k: calls.append(a))
+    run_suite(TINY, out=tmp_path, progress=False, log=logs.append)
+    assert calls == []  # every cell had finished
+
+
+def test_bad_rows_and_configs_fail_before_anything_trains(tmp_path):
+    with pytest.raises(ConfigError, match="no rows fedrepp.*fedavg, fedper"):
+        run_suite(TINY, out=tmp_path, rows=["fedrepp"], progress=False)
+    with pytest.raises(ConfigError, match="lr"):
+        run_suite(TINY, out=tmp_path, overrides=["train.lr=-1"], progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_every_suite_validates_at_both_scales_and_lists_itself():
+    for suite in SUITES.values():
+        for scale in suite.scales:
+            for column, row in suite.cells(list(suite.columns), list(suite.rows)):
+                reproduce_config = cell_config(suite, scale, column, row)
+                from pfedkit.reports.compare import method_config
+                method_config(reproduce_config, row, 0)
+    listed = CliRunner().invoke(main, ["reproduce", "--list"])
+    assert listed.exit_code == 0
+    for name, suite in SUITES.items():
+        assert name in listed.output and suite.paper in listed.output
+    assert reproduce.describe(SUITES["fedafk-table3"]).count("rounds") >= 2
