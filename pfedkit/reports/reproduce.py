@@ -44,8 +44,10 @@ class Suite:
     rows: tuple[str, ...]
     scales: Mapping[str, Scale]
     row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
-    cell_rule: Optional[Callable[[dict, str, str], None]] = None  # last edits of one (column, row) config, in place
-    prepare: Optional[Callable[[dict, Path, Optional[str]], None]] = None  # before training, e.g. a pretrained backbone
+    cell_rule: Optional[Callable[[dict, str, str, Path], None]] = None  # last edits of a (column, row) config, in place
+    prepare: Optional[Callable[[dict], None]] = None  # before training, given a cell's config: e.g. pretrain a backbone
+    claims: Optional[Callable[[Path], list[str]]] = None  # the paper's claims, checked on the finished runs
+    threads: Optional[int] = None  # torch threads of the suite's own process (server-side training)
     last_k: Optional[int] = None  # also show the mean of the last k evaluated rounds
     cost_column: Optional[str] = None
     notes: str = ""
@@ -68,12 +70,13 @@ def merge(raw: dict[str, Any], changes: Mapping[str, Mapping[str, Any]]) -> dict
 
 
 def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequence[str] = (),
-                data_root: Optional[str] = None, workers: Optional[int] = None) -> dict[str, Any]:
+                data_root: Optional[str] = None, workers: Optional[int] = None, out: Path = Path(".")
+                ) -> dict[str, Any]:
     raw = merge(merge(suite.base, suite.scales[scale].changes), suite.columns[column].changes)
     raw = merge(raw, {"method": {"name": row}})
     raw = merge(raw, suite.row_changes.get(row, {}))
     if suite.cell_rule:
-        suite.cell_rule(raw, column, row)
+        suite.cell_rule(raw, column, row, Path(out))
     if data_root is not None:
         raw["data"]["root"] = data_root
     if workers is not None:
@@ -118,7 +121,7 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
     out = Path(out)
     missing: dict[str, str] = {}
     if not table_only:
-        configs = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers)
+        configs = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers, out)
                    for c, r in suite.cells(columns, rows)}
         for (c, r), raw in configs.items():  # every config is checked before anything trains
             for seed in seeds:
@@ -128,8 +131,12 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
         for c, problem in missing.items():
             log(f"column {c} skipped: {problem}")
         todo = {cell: raw for cell, raw in configs.items() if cell[0] not in missing}
+        if suite.threads:
+            import torch
+
+            torch.set_num_threads(suite.threads)
         if todo and suite.prepare:
-            suite.prepare(next(iter(todo.values())), out, data_root)
+            suite.prepare(next(iter(todo.values())))
         for (c, r), raw in todo.items():
             compare_configs(raw, [r], list(seeds), out / c, resume=True, progress=progress,
                             title=f"{suite.paper}, {suite.columns[c].label}")
@@ -148,6 +155,8 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"(n); best = the best evaluated round, last = the final round. Scale {scale}: {suite.scales[scale].about}"]
     if suite.notes:
         lines += ["", suite.notes]
+    if suite.claims:
+        lines += ["", "The paper's claims on these runs:", "", *suite.claims(out)]
     for c, problem in missing.items():
         lines += ["", f"Column {c} not run: {problem}"]
     if suite.cost_column and (out / suite.cost_column).is_dir():
