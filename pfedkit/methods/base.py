@@ -200,14 +200,17 @@ class Method:
         weight_decay: Optional[float] = None,
         loss_fn: Optional[LossFn] = None,
         purpose: str = "train",
+        trains: Optional[Callable[[str], bool]] = None,
     ) -> float:
         """Mini-batch SGD on the client's in-memory training tensors; returns the mean training loss.
 
-        Parts not trained are frozen: left out of the optimizer and without gradients.
+        What trains is `parts`, or the parameters whose names `trains` accepts; the rest is frozen: left out of
+        the optimizer and without gradients.
         """
         cfg = self.ctx.train
         parts = tuple(parts)
-        trainable = [p for n, p in model.named_parameters() if part_of(n) in parts]
+        trains = trains or (lambda name: part_of(name) in parts)
+        trainable = [p for n, p in model.named_parameters() if trains(n)]
         opt = torch.optim.SGD(
             trainable,
             lr=cfg.lr if lr is None else lr,
@@ -218,7 +221,7 @@ class Method:
         x, y = data.train_x, data.train_y
         total, steps = 0.0, 0
         model.train()
-        with frozen(p for n, p in model.named_parameters() if part_of(n) not in parts):
+        with frozen(p for n, p in model.named_parameters() if not trains(n)):
             for idx in self.batches(data, round, purpose, epochs, drop_single=uses_batchnorm(model)):
                 loss = loss_fn(model, x[idx], y[idx])
                 opt.zero_grad(set_to_none=True)

@@ -94,20 +94,7 @@ class PerAda(Method):
     def fit_adapters(self, model: StagedResNet, data: ClientData, round: int, loss_fn: AdapterLoss,
                      purpose: str) -> float:
         """SGD over the trainable set only (the rest frozen), the run's epochs, batch size and lr."""
-        cfg = self.ctx.train
-        trainable = [p for n, p in model.named_parameters() if is_trainable(n)]
-        opt = torch.optim.SGD(trainable, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        total, steps = 0.0, 0
-        model.train()
-        with frozen(p for n, p in model.named_parameters() if not is_trainable(n)):
-            for idx in self.batches(data, round, purpose, drop_single=True):
-                loss = loss_fn(model, data.train_x[idx], data.train_y[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += loss.item()
-                steps += 1
-        return total / max(steps, 1)
+        return self.fit(model, data, round, loss_fn=loss_fn, purpose=purpose, trains=is_trainable)
 
     def proximal(self, model: nn.Module, centre: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return sum((p - centre[n]).pow(2).sum() for n, p in model.named_parameters() if is_trainable(n))
