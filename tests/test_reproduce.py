@@ -23,7 +23,8 @@ TINY = Suite(
              "b": Column("B", {"partition": {"clients": 4}}, rows=("fedavg",)),
              "gone": Column("needs MNIST", {"data": {"dataset": "mnist", "options": {}}})},
     rows=("fedavg", "fedper"),
-    scales={"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds"), "full": Scale({}, 0, "50 rounds")},
+    scales={"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds", row_changes={"fedavg": {"train": {"rounds": 3}}}),
+            "full": Scale({}, 0, "50 rounds")},
     row_changes={"fedper": {"train": {"lr": 0.05}}},
 )
 
@@ -33,6 +34,8 @@ def test_cell_config_layers_scale_column_row_and_user_changes():
     assert raw["train"] == {"rounds": 2, "batch_size": 5, "lr": 0.05}
     assert raw["partition"]["clients"] == 4 and raw["method"] == {"name": "fedper"}
     assert TINY.base["train"] == {"rounds": 50, "batch_size": 20}  # the suite itself is untouched
+    assert cell_config(TINY, "small", "b", "fedavg")["train"]["rounds"] == 3  # a row the scale keeps apart
+    assert cell_config(TINY, "full", "b", "fedavg")["train"]["rounds"] == 50
 
 
 def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ class Scale:
     changes: Mapping[str, Mapping[str, Any]]  # config sections merged into base and column (rounds, data share, ...)
     round_s: float  # seconds per round of a typical row, measured on this project's 2-core machine (0 = unknown)
     about: str  # one line: how this scale differs from the paper's
+    row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)  # rows kept apart, e.g. at full rounds
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequ
     raw = merge(merge(suite.base, suite.scales[scale].changes), suite.columns[column].changes)
     raw = merge(raw, {"method": {"name": row}})
     raw = merge(raw, suite.row_changes.get(row, {}))
+    raw = merge(raw, suite.scales[scale].row_changes.get(row, {}))
     if suite.cell_rule:
         suite.cell_rule(raw, column, row, Path(out))
     if data_root is not None:
@@ -194,13 +196,14 @@ def describe(suite: Suite) -> str:
              f"  rows:    {', '.join(suite.rows)}",
              f"  columns: " + "; ".join(f"{c} ({col.label})" for c, col in suite.columns.items()),
              f"  data:    {', '.join(data)}"]
-    cells = len(suite.cells(list(suite.columns), list(suite.rows)))
+    cells = suite.cells(list(suite.columns), list(suite.rows))
     for name, scale in suite.scales.items():
         rounds = merge(suite.base, scale.changes)["train"]["rounds"]
+        total_rounds = sum(cell_config(suite, name, c, r)["train"]["rounds"] for c, r in cells)
+        runs = f"{len(cells)} runs of {rounds} rounds" + (" (some rows more)" if total_rounds > len(cells) * rounds else "")
         if scale.round_s:
-            hours = cells * rounds * scale.round_s / 3600
-            estimate = f"~{scale.round_s:.0f} s/round per row here, ~{hours:.1f} h for {cells} runs of {rounds} rounds per seed"
+            estimate = f"~{scale.round_s:.0f} s/round per row here, ~{total_rounds * scale.round_s / 3600:.1f} h for {runs} per seed"
         else:
-            estimate = f"{cells} runs of {rounds} rounds per seed; not timed here (needs a GPU or days on 2 cores)"
+            estimate = f"{runs} per seed; not timed here (needs a GPU or days on 2 cores)"
         lines.append(f"  {name:>5}: {estimate}; {scale.about}")
     return "\n".join(lines)
