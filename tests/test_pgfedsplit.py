@@ -1,6 +1,7 @@
 """PGFedSplit: the period rule, synthetic embeddings, the alpha solver, the adaptation gap, missed broadcasts."""
 from __future__ import annotations
 
+import csv
 import math
 
 import pytest
@@ -113,3 +114,12 @@ def test_pgfedsplit_runs_through_the_engine(tmp_path, name):
     summary = run_experiment(synthetic(method={"name": name, "period_init": 2}, train={"rounds": 6}), tmp_path,
                              progress=False)
     assert summary["last_acc"] > 0.5
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))[:-1]  # the last round only evaluates
+    periods = [float(r["period"]) for r in rows]
+    alphas = [float(r["alpha_prev"]) for r in rows]
+    assert alphas[:2] == [0.0, 0.0] and alphas[2] > 0  # heads aggregated after round 1 reach clients in round 2
+    if name == "pgfedsplit-no-both":
+        assert periods == [2.0] * 6
+    else:  # APA moves tau only in rounds where a head was delivered, i.e. where the mean alpha was renewed
+        assert periods[2] == 1.0
+        assert all(periods[t] == periods[t - 1] for t in range(1, 6) if alphas[t] == alphas[t - 1])

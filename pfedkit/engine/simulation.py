@@ -140,7 +140,12 @@ class RoundLoop:
         """Aggregate the replies that arrived; bytes down count every payload sent."""
         self.server = self.method.aggregate(self.server, replies, round)
         return {"bytes_down": sum(message_bytes(p) for p in payloads.values()),
-                "bytes_up": sum(message_bytes(r) for r in replies.values()), "clients_trained": len(replies)}
+                "bytes_up": sum(message_bytes(r) for r in replies.values()), "clients_trained": len(replies),
+                **{key: float(self.server[key]) for key in self.method.logged}}
+
+    @property
+    def metric_columns(self) -> tuple[str, ...]:
+        return self.columns + tuple(self.method.logged)
 
     def evaluate(self, round: int) -> dict[str, Any]:
         return self.record_evaluation(round, self.evaluate_clients(round, self.payloads(round, list(range(self.num_clients)))))
@@ -176,7 +181,7 @@ class RoundLoop:
                 row.update(self.play_round(round, round % cfg.eval.every == 0 or round == rounds, round < rounds))
                 self.rows.append(row)
                 self.next_round = round + 1
-                atomic_write_csv(self.out / "metrics.csv", self.rows, self.columns)
+                atomic_write_csv(self.out / "metrics.csv", self.rows, self.metric_columns)
                 if self.next_round % cfg.run.checkpoint_every == 0 or round == rounds:
                     self.checkpoint()
                 bar.set_postfix_str(self._postfix(row))

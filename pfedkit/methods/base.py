@@ -103,6 +103,7 @@ class Method:
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Params: ClassVar[type[HyperParams]] = HyperParams
+    logged: ClassVar[tuple[str, ...]] = ()  # server-state numbers written to metrics.csv after each round's aggregation
 
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params

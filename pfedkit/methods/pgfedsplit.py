@@ -98,6 +98,7 @@ class PGFedSplit(Method):
     name = "pgfedsplit"
     summary = "body averaged each round, heads every tau rounds (adaptive), gap-aware head mixing, Gaussian-augmented head training"
     Params = PGFedSplitParams
+    logged = ("period", "alpha_prev")  # tau after this round, and the mean alpha of the latest head delivery
 
     # ---- state ----
     def init_server(self) -> State:
