@@ -8,8 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from pfedkit.cli import main
+from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
 from pfedkit.reports import reproduce
+from pfedkit.reports.compare import method_config
 from pfedkit.reports.reproduce import Column, Scale, Suite, cell_config, run_suite
 from pfedkit.reports.suites import SUITES
 
@@ -22,10 +24,11 @@ TINY = Suite(
     columns={"a": Column("A", {}, {"fedavg": 50.0}),
              "b": Column("B", {"partition": {"clients": 4}}, rows=("fedavg",)),
              "gone": Column("needs MNIST", {"data": {"dataset": "mnist", "options": {}}})},
-    rows=("fedavg", "fedper"),
+    rows=("fedavg", "fedper", "fedper-lr0.2"),
     scales={"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds", row_changes={"fedavg": {"train": {"rounds": 3}}}),
             "full": Scale({}, 0, "50 rounds")},
-    row_changes={"fedper": {"train": {"lr": 0.05}}},
+    row_changes={"fedper": {"train": {"lr": 0.05}},
+                 "fedper-lr0.2": {"method": {"name": "fedper"}, "train": {"lr": 0.2}}},  # a variant row
 )
 
 
@@ -50,7 +53,10 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     assert "Column gone not run" in table and "pfedkit data fetch mnist" in table
     assert (tmp_path / "curves_a.png").exists() and (tmp_path / "curves_b.png").exists()
     rows = list(csv.DictReader((tmp_path / "table.csv").open()))
-    assert {(r["column"], r["method"]) for r in rows} == {("a", "fedavg"), ("a", "fedper"), ("b", "fedavg")}
+    assert {(r["column"], r["method"]) for r in rows} == {("a", "fedavg"), ("a", "fedper"), ("a", "fedper-lr0.2"),
+                                                          ("b", "fedavg")}
+    variant = tomllib.loads((tmp_path / "a" / "fedper-lr0.2" / "seed0" / "config.toml").read_text())
+    assert variant["method"]["name"] == "fedper" and variant["train"]["lr"] == 0.2  # its own folder, its own setting
     best = json.loads((tmp_path / "a" / "fedavg" / "seed0" / "summary.json").read_text())["best_acc"]
     assert f"{100 * best - 50.0:+.2f}" in table  # ours beside the paper's number and the difference
     calls = []
@@ -71,9 +77,7 @@ def test_every_suite_validates_at_both_scales_and_lists_itself():
     for suite in SUITES.values():
         for scale in suite.scales:
             for column, row in suite.cells(list(suite.columns), list(suite.rows)):
-                reproduce_config = cell_config(suite, scale, column, row)
-                from pfedkit.reports.compare import method_config
-                method_config(reproduce_config, row, 0)
+                method_config(cell_config(suite, scale, column, row), suite.method_of(row), 0)
     listed = CliRunner().invoke(main, ["reproduce", "--list"])
     assert listed.exit_code == 0
     for name, suite in SUITES.items():

@@ -64,7 +64,9 @@ def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], out: Path, *,
-                    resume: bool = False, progress: bool = True, title: str = "") -> tuple[str, Path]:
+                    resume: bool = False, progress: bool = True, title: str = "",
+                    folders: Optional[dict[str, str]] = None) -> tuple[str, Path]:
+    """Run every method x seed into out/<method or folders[method]>/seed<N> and write a table and a plot."""
     from pfedkit.data.federated import build_federated
     from pfedkit.engine.simulation import run_experiment
 
@@ -76,7 +78,7 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
     curves: dict[str, list[list[dict[str, Any]]]] = {m: [] for m in methods}
     feds: dict[int, Any] = {}
     for (method, seed), cfg in configs.items():
-        run_dir = out / method / f"seed{seed}"
+        run_dir = out / (folders or {}).get(method, method) / f"seed{seed}"
         summary_path = run_dir / "summary.json"
         if resume and summary_path.exists():
             summary = json.loads(summary_path.read_text())

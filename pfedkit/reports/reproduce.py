@@ -53,6 +53,11 @@ class Suite:
     cost_column: Optional[str] = None
     notes: str = ""
 
+    def method_of(self, row: str) -> str:
+        """The registered method a row runs: the row itself, or the one its row_changes name (a variant row,
+        e.g. one value of a hyper-parameter sweep)."""
+        return self.row_changes.get(row, {}).get("method", {}).get("name", row)
+
     def cells(self, columns: Sequence[str], rows: Sequence[str]) -> list[tuple[str, str]]:
         return [(c, r) for c in columns for r in rows if self.columns[c].rows is None or r in self.columns[c].rows]
 
@@ -127,7 +132,7 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
                    for c, r in suite.cells(columns, rows)}
         for (c, r), raw in configs.items():  # every config is checked before anything trains
             for seed in seeds:
-                method_config(raw, r, seed)
+                method_config(raw, suite.method_of(r), seed)
             if c not in missing and (problem := missing_data(raw)):
                 missing[c] = problem
         for c, problem in missing.items():
@@ -140,8 +145,8 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
         if todo and suite.prepare:
             suite.prepare(next(iter(todo.values())))
         for (c, r), raw in todo.items():
-            compare_configs(raw, [r], list(seeds), out / c, resume=True, progress=progress,
-                            title=f"{suite.paper}, {suite.columns[c].label}")
+            compare_configs(raw, [suite.method_of(r)], list(seeds), out / c, resume=True, progress=progress,
+                            title=f"{suite.paper}, {suite.columns[c].label}", folders={suite.method_of(r): r})
     return write_suite_outputs(suite, out, missing, scale)
 
 

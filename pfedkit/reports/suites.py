@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pfedkit.reports.reproduce import Column, Scale, Suite
+from pfedkit.reports.reproduce import Column, Scale, Suite, merge
 from pfedkit.reports.suite import finished_runs, mean_of_last
 
 MNIST_PFLLIB = {  # FedAFK Sec. 5.1 and PFLlib's MNIST setting
@@ -53,6 +53,31 @@ FEDAFK_TABLE3 = Suite(
     cost_column="dir",
 )
 
+FEDAFK_KT_SWEEP = {0.1: 56.53, 0.2: 57.50, 0.4: 57.63, 0.5: 57.69, 0.6: 57.68, 0.7: 57.20}  # Table 1, mu_init 0.5
+FEDAFK_MU_SWEEP = {0.0: 57.82, 0.1: 57.26, 0.3: 57.51, 0.7: 57.56, 0.9: 46.24, 1.0: 45.84}  # Table 2, lambda 0.3
+FEDAFK_SWEEP_ROWS = {  # variant rows; plain `fedafk` is the shared point of both tables (lambda 0.3, mu_init 0.5: 57.88)
+    **{f"fedafk-kt{v}": {"method": {"name": "fedafk", "kt_weight": v}} for v in FEDAFK_KT_SWEEP},
+    **{f"fedafk-mu{v}": {"method": {"name": "fedafk", "mu_init": v}} for v in FEDAFK_MU_SWEEP}}
+
+FEDAFK_SWEEPS = Suite(
+    name="fedafk-sweeps",
+    paper="FedAFK (Yin & Mao, IJCNN 2025) Table 1 (lambda sweep) and Table 2 (initial-mu sweep), CIFAR-100 Dir(0.1)",
+    base={**MNIST_PFLLIB, "partition": {"clients": 20, "scheme": "dirichlet", "beta": 0.1}},
+    columns={
+        "c100": Column("Dir(0.1) CIFAR-100", {"data": {"dataset": "cifar100"}, "model": {"name": "resnet18"}}, {
+            "fedafk": 57.88, **{f"fedafk-kt{v}": a for v, a in FEDAFK_KT_SWEEP.items()},
+            **{f"fedafk-mu{v}": a for v, a in FEDAFK_MU_SWEEP.items()}}),
+        "mnist": Column("Dir(0.1) MNIST (stand-in: the paper sweeps CIFAR-100 only)", {}),
+    },
+    rows=("fedafk", *FEDAFK_SWEEP_ROWS),
+    row_changes=FEDAFK_SWEEP_ROWS,
+    scales={"full": Scale({}, 0, "the paper's 1000 rounds"),
+            "small": Scale({"train": {"rounds": 12}, "data": {"fraction": 0.25}}, 16,
+                           "12 rounds instead of 1000, on a seeded 25% of every class")},
+    notes="Rows fedafk-ktX set lambda = X (mu_init 0.5); rows fedafk-muX set mu_init = X (lambda 0.3); "
+          "fedafk is both tables' default point.",
+)
+
 FEDPAC_TABLE1 = Suite(
     name="fedpac-table1",
     paper="FedPAC reproduction report Table 1, Fashion-MNIST, 20 clients",
@@ -84,7 +109,7 @@ PGFEDSPLIT_K100_ROWS = ("pgfedsplit", "fedpac", "fedavg-ft", "fedrep", "fedper",
 
 def pgfedsplit_cell(raw: dict, column: str, row: str, out: Path) -> None:
     expected_participations(raw, column, row, out)
-    if column == "k100" and row.startswith("pgfedsplit"):
+    if raw["partition"]["clients"] >= 100 and row.startswith("pgfedsplit"):
         raw["method"]["period_init"] = 20  # the paper's tau for 100 clients (methods.md 3.3)
     if row.endswith("-ft"):
         raw["eval"]["every"] = 5  # 25 fine-tuning epochs at every round would cost five rounds' training
@@ -127,6 +152,35 @@ PGFEDSPLIT_TABLE2 = Suite(
                            "20 rounds instead of 200, on a seeded 20% of every class of F-MNIST")},
     cost_column="dir0.1",
     notes="FT rows are evaluated every 5 rounds, after 25 fine-tuning epochs (methods.md 3.4-i).",
+)
+
+PGFEDSPLIT_TABLE3_PAPER = {  # Table 3: (CIFAR-10, CIFAR-100, Tiny-ImageNet), K = 100, 30% per round, Dir(0.1)
+    "local": (84.15, 40.30, 28.14), "fedavg": (43.83, 17.88, 9.70), "fedprox": (44.36, 17.96, 9.69),
+    "fedavg-ft": (79.57, 40.82, 32.49), "fedprox-ft": (79.68, 40.76, 32.54), "fedamp": (84.42, 40.48, 28.26),
+    "fedfomo": (83.53, 37.82, 27.30), "fedbabu": (83.31, 40.46, 35.81), "fedper": (85.30, 40.18, 33.55),
+    "fedrep": (85.09, 39.69, 34.57), "fedala": (85.30, 43.83, 24.84), "fedpac": (83.11, 41.23, 34.21),
+    "fedgh": (77.84, 35.35, 27.20), "pgfedsplit": (86.75, 45.13, 36.64)}
+
+PGFEDSPLIT_TABLE3 = Suite(
+    name="pgfedsplit-table3",
+    paper="PGFedSplit (Kang & Song) Table 3: 100 clients, 30% per round, Dir(0.1)",
+    base=merge(PGFEDSPLIT_TABLE2.base, {"partition": {"clients": 100}, "train": {"join_ratio": 0.3}}),
+    columns={
+        "c10": Column("CIFAR-10", {"data": {"dataset": "cifar10"}},
+                      {r: v[0] for r, v in PGFEDSPLIT_TABLE3_PAPER.items()}),
+        "c100": Column("CIFAR-100", {"data": {"dataset": "cifar100"}},
+                       {r: v[1] for r, v in PGFEDSPLIT_TABLE3_PAPER.items()}),
+        "tin": Column("Tiny-ImageNet", {"data": {"dataset": "tiny-imagenet"}, "model": {"name": "resnet18"}},
+                      {r: v[2] for r, v in PGFEDSPLIT_TABLE3_PAPER.items()}),
+    },
+    rows=tuple(PGFEDSPLIT_TABLE3_PAPER),
+    row_changes=PGFEDSPLIT_TABLE2.row_changes,
+    cell_rule=pgfedsplit_cell,
+    scales={"full": Scale({}, 0, "the paper's 200 rounds"),
+            "small": Scale({"train": {"rounds": 20}, "data": {"fraction": 0.2}}, 0,
+                           "20 rounds instead of 200, on a seeded 20% of every class")},
+    notes="tau starts at 20 for 100 clients (methods.md 3.3). This machine has none of these data sets; "
+          "the F-MNIST column `k100` of pgfedsplit-table2 is the same setting on data it has.",
 )
 
 HEART_ADAPTER_ROWS = ("heart-pfl", "perada", "heart-pfl-no-hda", "heart-pfl-no-akt", "heart-pfl-no-both")
@@ -219,4 +273,5 @@ HEART_TABLE1 = Suite(
     notes="The paper column is CIFAR-100 Dir(0.1) on a pretrained ResNet-18: another data set and scale.",
 )
 
-SUITES = {s.name: s for s in (FEDAFK_TABLE3, FEDPAC_TABLE1, PGFEDSPLIT_TABLE2, HEART_TABLE1)}
+SUITES = {s.name: s for s in (FEDAFK_TABLE3, FEDAFK_SWEEPS, FEDPAC_TABLE1, PGFEDSPLIT_TABLE2, PGFEDSPLIT_TABLE3,
+                               HEART_TABLE1)}
