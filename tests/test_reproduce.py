@@ -51,6 +51,7 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     assert not (tmp_path / "gone").exists()
     assert any("pfedkit data fetch mnist" in line for line in logs)
     assert "Column gone not run" in table and "pfedkit data fetch mnist" in table
+    assert "| fedavg (3 rounds) |" in table and "| fedper (2 rounds) |" in table  # rows of different lengths say so
     assert (tmp_path / "curves_a.png").exists() and (tmp_path / "curves_b.png").exists()
     rows = list(csv.DictReader((tmp_path / "table.csv").open()))
     assert {(r["column"], r["method"]) for r in rows} == {("a", "fedavg"), ("a", "fedper"), ("a", "fedper-lr0.2"),

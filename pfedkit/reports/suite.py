@@ -41,13 +41,13 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
     header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
                                         for c in columns for i, h in enumerate(per_column)) + " |"
     lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
-    rounds: set[int] = set()
+    row_rounds: dict[str, set[int]] = {}
     for method in rows:
         cells = []
         for col in columns:
             runs = finished_runs(out / col, method)
             summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
-            rounds.update(s["rounds"] for s in summaries)
+            row_rounds.setdefault(method, set()).update(s["rounds"] for s in summaries)
             cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries])]
             if last_k:
                 cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
@@ -56,6 +56,12 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             best = [100 * s["best_acc"] for s in summaries]
             cells.append("-" if number is None or not best else f"{statistics.fmean(best) - number:+.2f}")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    rounds = set().union(*row_rounds.values())
+    if len(rounds) > 1:  # rows ran for different lengths: say which ran how long
+        for i, method in enumerate(rows):
+            if row_rounds[method]:
+                label = f"{method} ({', '.join(str(r) for r in sorted(row_rounds[method]))} rounds)"
+                lines[2 + i] = lines[2 + i].replace(f"| {method} |", f"| {label} |", 1)
     return lines, rounds
 
 
