@@ -145,8 +145,9 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
         if todo and suite.prepare:
             suite.prepare(next(iter(todo.values())))
         for (c, r), raw in todo.items():
-            compare_configs(raw, [suite.method_of(r)], list(seeds), out / c, resume=True, progress=progress,
-                            title=f"{suite.paper}, {suite.columns[c].label}", folders={suite.method_of(r): r})
+            method = suite.method_of(r)
+            compare_configs(raw, [method], list(seeds), out / c, resume=True, progress=progress,
+                            title=f"{suite.paper}, {suite.columns[c].label}", folders={method: r})
     return write_suite_outputs(suite, out, missing, scale)
 
 

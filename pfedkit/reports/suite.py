@@ -42,8 +42,9 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
                                         for c in columns for i, h in enumerate(per_column)) + " |"
     lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
     row_rounds: dict[str, set[int]] = {}
+    row_cells: dict[str, list[str]] = {}
     for method in rows:
-        cells = []
+        cells = row_cells[method] = []
         for col in columns:
             runs = finished_runs(out / col, method)
             summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
@@ -55,13 +56,12 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             cells.append("-" if number is None else f"{number:.2f}")
             best = [100 * s["best_acc"] for s in summaries]
             cells.append("-" if number is None or not best else f"{statistics.fmean(best) - number:+.2f}")
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     rounds = set().union(*row_rounds.values())
-    if len(rounds) > 1:  # rows ran for different lengths: say which ran how long
-        for i, method in enumerate(rows):
-            if row_rounds[method]:
-                label = f"{method} ({', '.join(str(r) for r in sorted(row_rounds[method]))} rounds)"
-                lines[2 + i] = lines[2 + i].replace(f"| {method} |", f"| {label} |", 1)
+    for method in rows:
+        label = method
+        if len(rounds) > 1 and row_rounds[method]:  # rows ran for different lengths: say which ran how long
+            label += f" ({', '.join(str(r) for r in sorted(row_rounds[method]))} rounds)"
+        lines.append(f"| {label} | " + " | ".join(row_cells[method]) + " |")
     return lines, rounds
 
 
