@@ -74,6 +74,19 @@ def test_bad_rows_and_configs_fail_before_anything_trains(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_finished_run_with_another_config_stops_the_suite_before_anything_trains(tmp_path, monkeypatch):
+    run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedper"], progress=False)
+    calls = []
+    monkeypatch.setattr("pfedkit.engine.simulation.run_experiment", lambda *a, **k: calls.append(a))
+    with pytest.raises(ConfigError, match=r"(?s)a/fedper/seed0 was run with another config \(train\.lr: 0\.05 -> 0\.3\).*delete"):
+        run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedavg", "fedper"], overrides=["train.lr=0.3"], progress=False)
+    assert calls == [] and not (tmp_path / "a" / "fedavg").exists()  # fedavg, first in order, did not start
+    # where the data lies and how many workers ran it do not change a result: the finished run is reused
+    run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedper"], data_root=str(tmp_path / "elsewhere"), workers=2,
+              progress=False)
+    assert calls == []
+
+
 def test_every_suite_validates_at_both_scales_and_lists_itself():
     for suite in SUITES.values():
         for scale in suite.scales:

@@ -35,6 +35,55 @@ def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
     return build_config(raw)
 
 
+# Keys that say where files are or how a run is carried out, not what it computes: a finished run stays valid.
+UNCHECKED_KEYS = ("data.root", "model.options.pretrained", "run.workers", "run.checkpoint_every")
+
+
+def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(saved: Path, config: Config) -> list[str]:
+    """What differs between the config a run folder was made with and `config` ("key: old -> new")."""
+    try:
+        old = flat(build_config(tomllib.loads(saved.read_text())).to_dict())
+    except (ConfigError, tomllib.TOMLDecodeError) as err:
+        return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
+    new = flat(config.to_dict())
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
+            if k not in UNCHECKED_KEYS and old.get(k) != new.get(k)]
+
+
+def run_folder(out: Path, folder: str, seed: int) -> Path:
+    return out / folder / f"seed{seed}"
+
+
+def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
+    """Before anything trains: with resume, every run folder already there must hold this very config (a finished
+    run is reused, an unfinished one continued); without resume, none may hold a run."""
+    problems = []
+    for run_dir, config in runs.items():
+        saved = run_dir / "config.toml"
+        if not saved.exists():
+            continue
+        if not resume:
+            problems.append(f"{run_dir} already holds a run")
+        elif changes := config_changes(saved, config):
+            problems.append(f"{run_dir} was run with another config ({'; '.join(changes[:4])}"
+                            f"{'; ...' if len(changes) > 4 else ''})")
+    if problems:
+        fix = ("delete these folders to run them afresh, or pass another --out" if resume
+               else "pass --resume to continue them, or choose another --out")
+        shown = "\n  ".join(problems[:10]) + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
+        raise ConfigError(f"{len(problems)} run folder(s) do not match this run:\n  {shown}\n{fix}")
+
+
 def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str:
     lines = [
         "| method | " + " | ".join(label for _, label in TABLE_KEYS) + " | seeds |",
@@ -74,11 +123,13 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
         raise ConfigError("no methods given; e.g. --methods fedavg,fedper,fedrep")
     # Every config is validated before any training starts.
     configs = {(m, s): method_config(base, m, s) for m in methods for s in seeds}
+    folder = {m: (folders or {}).get(m, m) for m in methods}
+    check_run_folders({run_folder(out, folder[m], s): cfg for (m, s), cfg in configs.items()}, resume)
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     curves: dict[str, list[list[dict[str, Any]]]] = {m: [] for m in methods}
     feds: dict[int, Any] = {}
     for (method, seed), cfg in configs.items():
-        run_dir = out / (folders or {}).get(method, method) / f"seed{seed}"
+        run_dir = run_folder(out, folder[method], seed)
         summary_path = run_dir / "summary.json"
         if resume and summary_path.exists():
             summary = json.loads(summary_path.read_text())

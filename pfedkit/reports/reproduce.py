@@ -115,7 +115,7 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
               workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
               log: Callable[[str], None] = print) -> str:
     """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown."""
-    from pfedkit.reports.compare import compare_configs, method_config
+    from pfedkit.reports.compare import check_run_folders, compare_configs, method_config, run_folder
 
     if scale not in suite.scales:
         raise ConfigError(f"suite {suite.name} has no scale {scale!r}; scales: {', '.join(suite.scales)}")
@@ -130,11 +130,13 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
     if not table_only:
         configs = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers, out)
                    for c, r in suite.cells(columns, rows)}
-        for (c, r), raw in configs.items():  # every config is checked before anything trains
+        runs = {}
+        for (c, r), raw in configs.items():  # every config and run folder is checked before anything trains
             for seed in seeds:
-                method_config(raw, suite.method_of(r), seed)
+                runs[run_folder(out / c, r, seed)] = method_config(raw, suite.method_of(r), seed)
             if c not in missing and (problem := missing_data(raw)):
                 missing[c] = problem
+        check_run_folders(runs, resume=True)
         for c, problem in missing.items():
             log(f"column {c} skipped: {problem}")
         todo = {cell: raw for cell, raw in configs.items() if cell[0] not in missing}
