@@ -251,7 +251,7 @@ HEART_TABLE1 = Suite(
         "data": {"dataset": "fashion-mnist", "fraction": 0.25},
         "partition": {"scheme": "dirichlet", "clients": 20, "beta": 0.1},
         "model": {"name": "small-resnet-adapter", "options": dict(HEART_BACKBONE)},
-        "train": {"rounds": 30, "local_epochs": 1, "batch_size": 16, "lr": 0.01, "join_ratio": 0.4},
+        "train": {"rounds": 20, "local_epochs": 1, "batch_size": 16, "lr": 0.01, "join_ratio": 0.4},
         "eval": {"protocol": "official-test", "every": 2},
         "proxy": {"holdout": 0.1},
         "run": {"checkpoint_every": 5},
@@ -265,7 +265,7 @@ HEART_TABLE1 = Suite(
     cell_rule=heart_cell,
     prepare=heart_backbone,
     scales={"small": Scale({}, 25, "a small adapter ResNet pretrained on MNIST for ResNet-18 on ImageNet, a quarter "
-                                   "of F-MNIST for CIFAR-100, 30 rounds of 1 local epoch for 200 of 10, 8 of 20 "
+                                   "of F-MNIST for CIFAR-100, 20 rounds of 1 local epoch for 200 of 10, 8 of 20 "
                                    "clients per round; benchmarks/configs/heart_*.toml are the paper's settings")},
     last_k=5,
     cost_column="in-domain",
