@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pfedkit.errors import ConfigError
 
@@ -80,8 +81,16 @@ class ProxySection(Section):
 class RunSection(Section):
     seed: int = 0
     checkpoint_every: int = Field(10, ge=1)
-    device: Literal["cpu"] = "cpu"
+    # cpu, or cuda / cuda:N: the whole simulation on one GPU (one worker process; not the Flower nodes)
+    device: str = "cpu"
     workers: int = Field(0, ge=0)  # 0: one worker process per core
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", value):
+            raise ValueError("the device is cpu, cuda or cuda:N (N the GPU's index)")
+        return value
 
 
 class Config(Section):

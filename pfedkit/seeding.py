@@ -13,7 +13,8 @@ def derive_seed(seed: int, round: int, cid: int, purpose: str) -> int:
 
 
 def torch_generator(seed: int, round: int, cid: int, purpose: str) -> torch.Generator:
-    return torch.Generator().manual_seed(derive_seed(seed, round, cid, purpose))
+    """On the default device (the run's, inside a simulation), so that seeded draws land where the data is."""
+    return torch.Generator(device=torch.get_default_device()).manual_seed(derive_seed(seed, round, cid, purpose))
 
 
 def numpy_generator(seed: int, round: int, cid: int, purpose: str) -> np.random.Generator:

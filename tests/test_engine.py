@@ -14,7 +14,7 @@ import torch
 from pfedkit.config import build_config, dump_toml, load_config
 from pfedkit.engine.simulation import METRIC_COLUMNS, Simulation, run_experiment, sample_clients
 from pfedkit.engine.store import read_csv
-from pfedkit.errors import PfedkitError
+from pfedkit.errors import ConfigError, PfedkitError
 
 REPO = Path(__file__).resolve().parents[1]
 COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up", "clients_trained")
@@ -176,3 +176,27 @@ def test_official_test_protocol_needs_an_official_test_split():
     cfg = build_config({"data": {"dataset": "digits"}, "eval": {"protocol": "official-test"}, "model": {"name": "mlp"}})
     with pytest.raises(ConfigError, match='protocol = "pfllib"'):
         build_federated(cfg)
+
+
+def test_device_is_checked_before_the_run_folder_is_made(tmp_path):
+    with pytest.raises(ConfigError, match="run.device"):
+        synthetic(run={"device": "gpu"})
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the missing-GPU error cannot show here")
+    with pytest.raises(ConfigError, match=r"sees no CUDA device.*run\.device = \"cpu\""):
+        Simulation(synthetic(run={"device": "cuda"}), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_moving_a_data_set_moves_every_tensor_and_keeps_the_pooled_split():
+    from pfedkit.data.federated import build_federated
+
+    fed = build_federated(synthetic(proxy={"holdout": 0.1}))  # pfllib protocol: train and test share one pool
+    moved = fed.to(torch.device("meta"))
+    assert moved.test_x is moved.train_x and moved.test_y is moved.train_y
+    tensors = [moved.train_x, moved.train_y, moved.server.val_x, moved.server.val_y, moved.server.proxy_x,
+               moved.server.proxy_y]
+    assert all(t.device.type == "meta" for t in tensors) and fed.train_x.device.type == "cpu"
+    assert moved.server.val_x.shape == fed.server.val_x.shape and moved.train_idx is fed.train_idx
+    official = build_federated(synthetic(eval={"protocol": "official-test"}))
+    assert official.to(torch.device("meta")).test_x.shape == official.test_x.shape

@@ -460,6 +460,10 @@ def test_cli_writes_the_app_and_names_the_next_steps(tmp_path):
     settings = RunSettings.from_run_config(run_config)
     assert settings.min_replies == 2 and settings.run_name == "run" and settings.out == (tmp_path / "run").resolve()
     assert settings.config == small()
+    refused = CliRunner().invoke(main, ["flower", "app", str(config), "--out", str(tmp_path / "gpu"), "--app",
+                                        str(tmp_path / "gpu-app"), "--set", "run.device=cuda"])
+    assert refused.exit_code != 0 and "Flower nodes train on the CPU" in refused.output
+    assert not (tmp_path / "gpu-app").exists()
 
 
 def test_a_node_with_another_pfedkit_version_is_refused(tmp_path, in_a_run, monkeypatch):

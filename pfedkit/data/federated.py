@@ -37,6 +37,18 @@ class FederatedDataset:
     def num_clients(self) -> int:
         return len(self.train_idx)
 
+    def to(self, device: torch.device) -> "FederatedDataset":
+        """The same data set with its tensors (and the server's) on `device`."""
+        if self.train_x.device == device:
+            return self
+        train_x, train_y = self.train_x.to(device), self.train_y.to(device)
+        pooled = self.test_x is self.train_x  # protocol pfllib: train and test indices share one pool
+        server = self.server and replace(self.server, **{k: getattr(self.server, k).to(device)
+                                                          for k in ("val_x", "val_y", "proxy_x", "proxy_y")})
+        return replace(self, train_x=train_x, train_y=train_y, server=server,
+                       test_x=train_x if pooled else self.test_x.to(device),
+                       test_y=train_y if pooled else self.test_y.to(device))
+
     def client(self, cid: int) -> ClientData:
         tr, te = torch.from_numpy(self.train_idx[cid]), torch.from_numpy(self.test_idx[cid])
         return ClientData(cid, self.train_x[tr], self.train_y[tr], self.test_x[te], self.test_y[te], self.num_classes)
@@ -48,7 +60,7 @@ class FederatedDataset:
         return np.array([len(i) for i in self.test_idx])
 
     def label_counts(self, split: str = "train") -> np.ndarray:
-        labels = (self.train_y if split == "train" else self.test_y).numpy()
+        labels = (self.train_y if split == "train" else self.test_y).cpu().numpy()
         return label_counts(labels, self.train_idx if split == "train" else self.test_idx, self.num_classes)
 
 

@@ -22,7 +22,7 @@ from pfedkit.engine.store import (
     save_checkpoint,
 )
 from pfedkit.engine.workers import Executor, Task
-from pfedkit.errors import PfedkitError
+from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.base import Method, MethodContext, ServerData, State, TrainSettings
 from pfedkit.models import build_model
 from pfedkit.seeding import numpy_generator
@@ -44,6 +44,23 @@ def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: 
     return sorted(int(c) for c in chosen)
 
 
+def run_device(name: str) -> torch.device:
+    """The run's device; a GPU this torch cannot use is a configuration error, raised before any training."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"run.device = {name!r}, but this torch ({torch.__version__}) sees no CUDA device; run on a "
+                              "machine with an NVIDIA GPU and a CUDA build of torch, or set run.device = \"cpu\"")
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise ConfigError(f"run.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                              f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return device
+
+
+def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.Module:
+    return build_model(*args, **kwargs).to(device)  # built (and seeded) on the CPU, then moved
+
+
 def make_method(config: Config, fed: FederatedDataset) -> Method:
     return build_method(config, fed.input_shape, fed.num_classes, fed.server)
 
@@ -53,7 +70,8 @@ def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
     """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
     cls = registry.method_class(config.method.name)
     params = cls.validate_params(config.method_params())
-    factory = functools.partial(build_model, config.model.name, tuple(input_shape), num_classes, **config.model.options)
+    factory = functools.partial(build_model_on, torch.device(config.run.device), config.model.name, tuple(input_shape),
+                                num_classes, **config.model.options)
     train = TrainSettings(
         local_epochs=config.train.local_epochs,
         batch_size=config.train.batch_size,
@@ -223,13 +241,15 @@ class Simulation(RoundLoop):
 
     def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
                  fed: Optional[FederatedDataset] = None):
+        self.device = run_device(config.run.device)
         super().__init__(config, out, resume=resume, progress=progress)
-        self.fed = fed or build_federated(config)
+        self.fed = (fed or build_federated(config)).to(self.device)
         self.num_clients = self.fed.num_clients
         self.method = make_method(config, self.fed)
         self.clients: dict[int, State] = {}
         self.executor: Optional[Executor] = None
-        self.start(resume)
+        with self.device:  # tensors the method makes without naming a device (and seeded generators) go there too
+            self.start(resume)
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         if "clients" not in ckpt:  # the clients' states are on their own machines
@@ -241,7 +261,8 @@ class Simulation(RoundLoop):
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
-        with Executor(self.method, self.fed, self.config.run.workers) as executor:
+        workers = self.config.run.workers if self.device.type == "cpu" else 1  # CUDA does not survive a fork
+        with self.device, Executor(self.method, self.fed, workers) as executor:
             self.executor = executor
             try:
                 yield

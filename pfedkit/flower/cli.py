@@ -13,9 +13,13 @@ SET_HELP = "override any key: section.key=value (repeatable)"
 def _settings(config: str, out: str, overrides: tuple[str, ...], run_name: Optional[str], min_replies: int,
               round_timeout: float, min_clients: int, resume: bool):
     from pfedkit.config import load_config
+    from pfedkit.errors import ConfigError
     from pfedkit.flower.settings import RunSettings
 
     cfg = load_config(config, list(overrides))
+    if cfg.run.device != "cpu":
+        raise ConfigError(f"run.device = {cfg.run.device!r}: Flower nodes train on the CPU in this version; "
+                          "set run.device = \"cpu\" (GPU runs: `pfedkit run` or `pfedkit reproduce`)")
     out_path = Path(out).expanduser().resolve()  # the ServerApp runs in the SuperLink's folder, not this one
     return RunSettings(cfg, out_path, run_name=run_name or out_path.name or "pfedkit", resume=resume,
                        min_replies=min_replies, round_timeout=round_timeout, min_clients=min_clients)

@@ -157,13 +157,13 @@ class FedPAC(Method):
         if self.params.collaboration == "proto-softmax":
             return list(self.proto_softmax_weights(replies))
         variances = np.array([float(r["feature_var"]) for r in replies])
-        means = torch.stack([r["label_means"].flatten() for r in replies]).double().numpy()
+        means = torch.stack([r["label_means"].flatten() for r in replies]).double().cpu().numpy()
         rows: list[Optional[torch.Tensor]] = []
         for i in range(len(replies)):
             diff = means[i] - means  # h_i - h_j for every j
             matrix = psd_repair(np.diag(variances) + diff @ diff.T, self.params.eig_floor)
             weights = simplex_qp(matrix, self.params.min_weight)
-            rows.append(None if weights is None else torch.from_numpy(weights))
+            rows.append(None if weights is None else torch.as_tensor(weights, device=replies[0]["label_means"].device))
         return rows
 
     def proto_softmax_weights(self, replies: list[State]) -> torch.Tensor:
