@@ -264,7 +264,7 @@ HEART_TABLE1 = Suite(
     rows=HEART_ADAPTER_ROWS[:2] + HEART_BASELINE_ROWS + HEART_ADAPTER_ROWS[2:],
     cell_rule=heart_cell,
     prepare=heart_backbone,
-    scales={"small": Scale({}, 25, "a small adapter ResNet pretrained on MNIST for ResNet-18 on ImageNet, a quarter "
+    scales={"small": Scale({}, 8, "a small adapter ResNet pretrained on MNIST for ResNet-18 on ImageNet, a quarter "
                                    "of F-MNIST for CIFAR-100, 20 rounds of 1 local epoch for 200 of 10, 8 of 20 "
                                    "clients per round; benchmarks/configs/heart_*.toml are the paper's settings")},
     last_k=5,
