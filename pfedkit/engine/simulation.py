@@ -248,8 +248,13 @@ class Simulation(RoundLoop):
         self.method = make_method(config, self.fed)
         self.clients: dict[int, State] = {}
         self.executor: Optional[Executor] = None
-        with self.device:  # tensors the method makes without naming a device (and seeded generators) go there too
+        with self.device_scope():
             self.start(resume)
+
+    def device_scope(self) -> contextlib.AbstractContextManager:
+        """On a GPU, tensors a method makes without naming a device (and seeded generators) go there too; on the
+        CPU nothing to do, and no per-operation cost of torch's device mode."""
+        return self.device if self.device.type != "cpu" else contextlib.nullcontext()
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         if "clients" not in ckpt:  # the clients' states are on their own machines
@@ -262,7 +267,7 @@ class Simulation(RoundLoop):
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
         workers = self.config.run.workers if self.device.type == "cpu" else 1  # CUDA does not survive a fork
-        with self.device, Executor(self.method, self.fed, workers) as executor:
+        with self.device_scope(), Executor(self.method, self.fed, workers) as executor:
             self.executor = executor
             try:
                 yield
