@@ -97,3 +97,27 @@ def test_every_suite_validates_at_both_scales_and_lists_itself():
     for name, suite in SUITES.items():
         assert name in listed.output and suite.paper in listed.output
     assert reproduce.describe(SUITES["fedafk-table3"]).count("rounds") >= 2
+
+
+def test_heart_claims_are_checked_seed_by_seed(tmp_path):
+    from pfedkit.reports.suites import HEART_ADAPTER_ROWS, HEART_BASELINE_ROWS, heart_claims
+
+    def finished(column, row, seed, acc):
+        run = tmp_path / column / row / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+        (run / "metrics.csv").write_text("round,acc\n" + "".join(f"{r},{acc}\n" for r in range(5)))
+
+    accs = {"heart-pfl": (0.92, 0.90), "perada": (0.91, 0.89), "heart-pfl-no-hda": (0.93, 0.89),
+            "heart-pfl-no-akt": (0.91, 0.85), "heart-pfl-no-both": (0.95, 0.95)}
+    for row in HEART_ADAPTER_ROWS + HEART_BASELINE_ROWS:
+        for seed, acc in enumerate(accs.get(row, (0.80, 0.80))):
+            finished("in-domain", row, seed, acc)
+    lines = heart_claims(tmp_path)
+    assert "HEART-PFL above PerAda: holds on each of 2 seeds" in lines[0]
+    assert "PerAda above the fine-tuned and split baselines: holds on each of 2 seeds" in lines[1]
+    assert "no-hda): mixed: holds on 1 of 2 seeds" in lines[2]  # +1 and -1 point: the means tie, the seeds split
+    assert "no-akt): holds on each of 2 seeds" in lines[3] and "no-both): does not hold on each of 2 seeds" in lines[4]
+    assert lines[5].endswith("not run")
+    finished("ood-mnist", "heart-pfl", 0, 0.905)
+    assert "holds (MNIST proxy 90.50 over 1 seeds, in-domain 91.00, -0.50)" in heart_claims(tmp_path)[5]
