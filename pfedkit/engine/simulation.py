@@ -58,7 +58,9 @@ def run_device(name: str) -> torch.device:
 
 
 def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.Module:
-    return build_model(*args, **kwargs).to(device)  # built (and seeded) on the CPU, then moved
+    with torch.device("cpu"):  # built and seeded on the CPU whatever the run's device: the same initial weights
+        model = build_model(*args, **kwargs)
+    return model.to(device)
 
 
 def make_method(config: Config, fed: FederatedDataset) -> Method:
