@@ -23,6 +23,7 @@ def test_fedamp_attention_weights_and_cloud_models_by_hand():
     replies = {cid: {**m, "num_samples": 8} for cid, m in models.items()}
     server = method.aggregate({}, replies, round=0)
     cids = [1, 2, 3]
+    self_weights = []
     for i in cids:
         off = {}
         for j in cids:
@@ -30,11 +31,13 @@ def test_fedamp_attention_weights_and_cloud_models_by_hand():
                 squared = sum(float((models[i][k] - models[j][k]).pow(2).sum()) for k in base)
                 off[j] = 0.5 * math.exp(-squared / 2.0) / 2.0
         xi = {**off, i: 1.0 - sum(off.values())}
+        self_weights.append(xi[i])
         assert 0 < off[min(off)] < 0.25  # the attention is neither zero nor saturated here
         payload = method.broadcast(server, 1, i)
         for k in base:
             expected = sum(xi[j] * models[j][k] for j in cids)
             torch.testing.assert_close(payload[k], expected, atol=1e-6, rtol=0)
+    assert server["self_weight"] == pytest.approx(sum(self_weights) / 3, abs=1e-6)  # logged to metrics.csv
 
 
 def test_fedamp_regularizer_carries_gradient_and_the_step_equals_a_hand_computation():

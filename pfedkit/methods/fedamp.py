@@ -48,6 +48,10 @@ class FedAMP(Method):
     name = "fedamp"
     summary = "personal models; the server sends each an attention-weighted cloud model, the client trains with a proximal term to it"
     Params = FedAMPParams
+    logged = ("self_weight",)  # mean xi_ii of the last aggregation: below 0, the cloud models extrapolate
+
+    def init_server(self) -> State:
+        return {"self_weight": 1.0}  # before any upload u_i is the initial model alone
 
     def param_names(self) -> list[str]:
         return [n for n, _ in self.model.named_parameters()]
@@ -81,7 +85,7 @@ class FedAMP(Method):
         names = self.param_names()
         models = [{n: replies[c][n] for n in names} for c in cids]
         xi = attention_weights(models, self.params.alpha_k, self.params.sigma)
-        new = dict(server)
+        new = {**server, "self_weight": float(xi.diagonal().mean())}
         for row, cid in enumerate(cids):
             for n in names:
                 new[CLOUD.format(cid=cid) + n] = sum(float(xi[row, j]) * models[j][n] for j in range(len(cids)))
