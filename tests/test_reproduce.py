@@ -53,6 +53,8 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     assert "Column gone not run" in table and "pfedkit data fetch mnist" in table
     assert "| fedavg (3 rounds) |" in table and "| fedper (2 rounds) |" in table  # rows of different lengths say so
     assert (tmp_path / "curves_a.png").exists() and (tmp_path / "curves_b.png").exists()
+    # no per-column table of whichever cell ran last: the suite's table.csv covers every finished run
+    assert not any((tmp_path / "a" / name).exists() for name in ("table.md", "results.csv", "curves.png"))
     rows = list(csv.DictReader((tmp_path / "table.csv").open()))
     assert {(r["column"], r["method"]) for r in rows} == {("a", "fedavg"), ("a", "fedper"), ("a", "fedper-lr0.2"),
                                                           ("b", "fedavg")}

@@ -114,8 +114,9 @@ def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], out: Path, *,
                     resume: bool = False, progress: bool = True, title: str = "",
-                    folders: Optional[dict[str, str]] = None) -> tuple[str, Path]:
-    """Run every method x seed into out/<method or folders[method]>/seed<N> and write a table and a plot."""
+                    folders: Optional[dict[str, str]] = None, write_outputs: bool = True) -> tuple[str, Optional[Path]]:
+    """Run every method x seed into out/<method or folders[method]>/seed<N>; with write_outputs, also the table,
+    results.csv and a plot of these methods in out (a suite writes its own from every finished run instead)."""
     from pfedkit.data.federated import build_federated
     from pfedkit.engine.simulation import run_experiment
 
@@ -142,6 +143,8 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
         curves[method].append(read_csv(run_dir / "metrics.csv"))
     protocol = next(iter(configs.values())).eval.protocol
     table = format_table(results, protocol)
+    if not write_outputs:
+        return table, None
     atomic_write_text(out / "table.md", table + "\n")
     atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m]],
                      ["method", "seed", "best_acc", "best_round", "last_acc", "best_acc_client_mean",

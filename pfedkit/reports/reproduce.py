@@ -149,7 +149,7 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
         for (c, r), raw in todo.items():
             method = suite.method_of(r)
             compare_configs(raw, [method], list(seeds), out / c, resume=True, progress=progress,
-                            title=f"{suite.paper}, {suite.columns[c].label}", folders={method: r})
+                            folders={method: r}, write_outputs=False)
     return write_suite_outputs(suite, out, missing, scale)
 
 
