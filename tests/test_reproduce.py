@@ -52,6 +52,8 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     assert any("pfedkit data fetch mnist" in line for line in logs)
     assert "Column gone not run" in table and "pfedkit data fetch mnist" in table
     assert "| fedavg (3 rounds) |" in table and "| fedper (2 rounds) |" in table  # rows of different lengths say so
+    fedper_line = next(line for line in table.splitlines() if line.startswith("| fedper (2 rounds) |"))
+    assert fedper_line.count("n/a") == 4 and "n/a = the row is not part of that column" in table  # b runs fedavg only
     assert (tmp_path / "curves_a.png").exists() and (tmp_path / "curves_b.png").exists()
     # no per-column table of whichever cell ran last: the suite's table.csv covers every finished run
     assert not any((tmp_path / "a" / name).exists() for name in ("table.md", "results.csv", "curves.png"))

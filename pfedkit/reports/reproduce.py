@@ -159,10 +159,13 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
 
     labels = {c: col.label for c, col in suite.columns.items()}
     paper = {r: {c: col.paper[r] for c, col in suite.columns.items() if r in col.paper} for r in suite.rows}
-    lines, rounds = paper_table(out, labels, suite.rows, paper, last_k=suite.last_k)
+    lines, rounds = paper_table(out, labels, suite.rows, paper, last_k=suite.last_k,
+                                column_rows={c: col.rows for c, col in suite.columns.items()})
     lines = [f"# {suite.paper}", "", *lines, "",
              f"Rounds run: {sorted(rounds) or 'none yet'}. Accuracy in %; mean ± sample std over the seeds that finished "
-             f"(n); best = the best evaluated round, last = the final round. Scale {scale}: {suite.scales[scale].about}"]
+             f"(n); best = the best evaluated round, last = the final round"
+             + ("; n/a = the row is not part of that column" if any(col.rows for col in suite.columns.values()) else "")
+             + f". Scale {scale}: {suite.scales[scale].about}"]
     if suite.notes:
         lines += ["", suite.notes]
     if suite.claims:

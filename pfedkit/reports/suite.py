@@ -34,9 +34,11 @@ def mean_of_last(run_dir: Path, k: int) -> float:
 
 
 def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], paper: Mapping[str, Mapping[str, float]],
-                *, last_k: Optional[int] = None) -> tuple[list[str], set[int]]:
+                *, last_k: Optional[int] = None, column_rows: Optional[Mapping[str, Optional[Sequence[str]]]] = None
+                ) -> tuple[list[str], set[int]]:
     """Markdown lines: per column ours (best, last, and the mean of the last k rounds if asked) beside the paper's
-    number; and the set of round counts the finished runs used."""
+    number; and the set of round counts the finished runs used. A row outside a column's `column_rows` shows
+    "n/a" there (not part of that column), where "not run" means a cell still to run."""
     per_column = ["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else []) + ["paper", "best - paper"]
     header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
                                         for c in columns for i, h in enumerate(per_column)) + " |"
@@ -46,6 +48,9 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
     for method in rows:
         cells = row_cells[method] = []
         for col in columns:
+            if (column_rows or {}).get(col) is not None and method not in column_rows[col]:
+                cells += ["n/a"] * len(per_column)
+                continue
             runs = finished_runs(out / col, method)
             summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
             row_rounds.setdefault(method, set()).update(s["rounds"] for s in summaries)
