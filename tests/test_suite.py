@@ -23,3 +23,14 @@ def test_paper_table_averages_finished_seeds_and_marks_missing_cells(tmp_path):
     assert lines[2] == "| a | 60.00 ± 14.14 (n=2) | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 | -5.00 |"
     assert lines[3] == "| b | not run | not run | not run | - | - |"
     assert rounds == {2}
+
+
+def test_curves_of_many_rows_never_draw_two_lines_alike(tmp_path, monkeypatch):
+    from pfedkit.reports import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    runs = {f"row{i}": [{"round": 0, "acc": 0.1}, {"round": 1, "acc": 0.01 * i}] for i in range(25)}  # a suite's rows
+    plots.save_curves(runs, tmp_path / "curves.png")
+    lines = figures[0].axes[0].get_lines()
+    assert len(lines) == 25 and len({(line.get_color(), line.get_linestyle()) for line in lines}) == 25
