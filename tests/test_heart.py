@@ -2,6 +2,8 @@
 what client training may change, and the server's distillation choice."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -308,21 +310,38 @@ def test_missing_server_data_or_a_plain_model_fails_before_training():
         METHODS["heart-pfl"].validate_params({"adversarial": False, "clean_view": False})
 
 
+HEART_RUN = [
+    'data.dataset="synthetic"', "data.options={shape=[1, 12, 12], samples=400, test_samples=200}",
+    "partition.clients=4", "partition.beta=0.5", 'eval.protocol="official-test"', "train.rounds=2",
+    "train.join_ratio=0.5", "train.batch_size=16", "train.lr=0.05",
+    'model.name="small-resnet-adapter"', "model.options={widths=[4, 8, 8, 16]}",
+    'method.name="heart-pfl"', "method.kd_steps=2", "method.kd_batch=32", "method.pgd_steps=2",
+    "proxy.holdout=0.1", 'proxy.dataset="synthetic"', "proxy.options={shape=[1, 12, 12], samples=100, seed=3}",
+    "run.workers=1",
+]
+
+
 def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path):
     from pfedkit.config import load_config
     from pfedkit.engine.simulation import run_experiment
 
-    config = load_config(None, [
-        'data.dataset="synthetic"', "data.options={shape=[1, 12, 12], samples=400, test_samples=200}",
-        "partition.clients=4", "partition.beta=0.5", 'eval.protocol="official-test"', "train.rounds=2",
-        "train.join_ratio=0.5", "train.batch_size=16", "train.lr=0.05",
-        'model.name="small-resnet-adapter"', "model.options={widths=[4, 8, 8, 16]}",
-        'method.name="heart-pfl"', "method.kd_steps=2", "method.kd_batch=32", "method.pgd_steps=2",
-        "proxy.holdout=0.1", 'proxy.dataset="synthetic"', "proxy.options={shape=[1, 12, 12], samples=100, seed=3}",
-        "run.workers=1",
-    ])
-    summary = run_experiment(config, tmp_path / "run", progress=False)
+    summary = run_experiment(load_config(None, HEART_RUN), tmp_path / "run", progress=False)
     assert summary["rounds"] == 2 and 0 <= summary["last_acc"] <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run.device = cuda)")
+def test_heart_pfl_on_a_gpu_starts_from_the_cpu_run_s_model_and_trains(tmp_path):
+    from pfedkit.config import load_config
+    from pfedkit.engine.simulation import run_experiment
+    from pfedkit.engine.store import read_csv
+
+    run_experiment(load_config(None, HEART_RUN), tmp_path / "cpu", progress=False)
+    gpu = run_experiment(load_config(None, HEART_RUN + ['run.device="cuda"']), tmp_path / "gpu", progress=False)
+    assert gpu["rounds"] == 2 and 0 <= gpu["last_acc"] <= 1
+    first = [float(read_csv(tmp_path / run / "metrics.csv")[0]["acc"]) for run in ("cpu", "gpu")]
+    assert abs(first[0] - first[1]) < 0.02  # same seeded weights and data before any training (kernels differ)
+    assert all(math.isfinite(float(r["loss"])) for r in read_csv(tmp_path / "gpu" / "metrics.csv"))
 
 
 # ---------------------------------------------------------------- pretrain
