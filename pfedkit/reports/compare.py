@@ -140,7 +140,8 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
             summary = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
                                      progress=progress, fed=feds[seed])
         results[method].append(summary)
-        curves[method].append(read_csv(run_dir / "metrics.csv"))
+        if write_outputs:
+            curves[method].append(read_csv(run_dir / "metrics.csv"))
     protocol = next(iter(configs.values())).eval.protocol
     table = format_table(results, protocol)
     if not write_outputs:
