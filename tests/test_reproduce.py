@@ -68,6 +68,8 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     monkeypatch.setattr("pfedkit.engine.simulation.run_experiment", lambda *a, **k: calls.append(a))
     run_suite(TINY, out=tmp_path, progress=False, log=logs.append)
     assert calls == []  # every cell had finished
+    for kwargs in ({"table_only": True}, {"columns": ["a"]}):  # the table names the missing data whatever ran
+        assert "Column gone not run" in run_suite(TINY, out=tmp_path, progress=False, log=logs.append, **kwargs)
 
 
 def test_bad_rows_and_configs_fail_before_anything_trains(tmp_path):

@@ -109,6 +109,21 @@ def missing_data(raw: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
+def missing_by_column(configs: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[str, str]:
+    """Column -> what is missing, for the columns whose cells need data this machine lacks (each column's data
+    sets checked once)."""
+    missing: dict[str, str] = {}
+    checked: set[tuple] = set()
+    for (column, _), raw in configs.items():
+        key = (column, tuple(datasets_of(raw)), raw["data"].get("root"))
+        if column in missing or key in checked:
+            continue
+        checked.add(key)
+        if problem := missing_data(raw):
+            missing[column] = problem
+    return missing
+
+
 def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,), out: Path,
               overrides: Sequence[str] = (), rows: Optional[Sequence[str]] = None,
               columns: Optional[Sequence[str]] = None, data_root: Optional[str] = None,
@@ -126,19 +141,19 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
         if unknown:
             raise ConfigError(f"suite {suite.name} has no {what} {', '.join(unknown)}; its {what}: {', '.join(known)}")
     out = Path(out)
-    missing: dict[str, str] = {}
+    every_cell = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers, out)
+                  for c, r in suite.cells(list(suite.columns), list(suite.rows))}
+    missing = missing_by_column(every_cell)  # for the table too, whichever columns this call runs
     if not table_only:
-        configs = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers, out)
-                   for c, r in suite.cells(columns, rows)}
+        configs = {cell: every_cell[cell] for cell in suite.cells(columns, rows)}
         runs = {}
         for (c, r), raw in configs.items():  # every config and run folder is checked before anything trains
             for seed in seeds:
                 runs[run_folder(out / c, r, seed)] = method_config(raw, suite.method_of(r), seed)
-            if c not in missing and (problem := missing_data(raw)):
-                missing[c] = problem
         check_run_folders(runs, resume=True)
-        for c, problem in missing.items():
-            log(f"column {c} skipped: {problem}")
+        for c in columns:
+            if c in missing:
+                log(f"column {c} skipped: {missing[c]}")
         todo = {cell: raw for cell, raw in configs.items() if cell[0] not in missing}
         if suite.threads:
             import torch
