@@ -34,3 +34,13 @@ def test_curves_of_many_rows_never_draw_two_lines_alike(tmp_path, monkeypatch):
     plots.save_curves(runs, tmp_path / "curves.png")
     lines = figures[0].axes[0].get_lines()
     assert len(lines) == 25 and len({(line.get_color(), line.get_linestyle()) for line in lines}) == 25
+
+
+def test_rows_outside_a_column_show_n_a_even_when_no_column_runs_them(tmp_path):
+    fake_run(tmp_path / "x" / "a" / "seed0", [0.1, 0.5], 2)
+    fake_run(tmp_path / "y" / "b" / "seed0", [0.1, 0.6], 3)  # rows of different lengths: labels name the rounds
+    lines, rounds = paper_table(tmp_path, {"x": "X", "y": "Y"}, ["a", "b", "c"], {},
+                                column_rows={"x": ("a",), "y": ("b",)})
+    assert lines[2].startswith("| a (2 rounds) | 50.00 |") and lines[2].endswith("| n/a | n/a | n/a | n/a |")
+    assert lines[3].startswith("| b (3 rounds) | n/a |")
+    assert lines[4] == "| c | " + " | ".join(["n/a"] * 8) + " |" and rounds == {2, 3}

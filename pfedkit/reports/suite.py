@@ -47,13 +47,14 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
     row_cells: dict[str, list[str]] = {}
     for method in rows:
         cells = row_cells[method] = []
+        row_rounds[method] = set()  # stays empty for a row no column runs
         for col in columns:
             if (column_rows or {}).get(col) is not None and method not in column_rows[col]:
                 cells += ["n/a"] * len(per_column)
                 continue
             runs = finished_runs(out / col, method)
             summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
-            row_rounds.setdefault(method, set()).update(s["rounds"] for s in summaries)
+            row_rounds[method].update(s["rounds"] for s in summaries)
             cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries])]
             if last_k:
                 cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
