@@ -140,8 +140,15 @@ def data_fetch(name: str, root: Optional[str]) -> None:
 def data_check(name: str, root: Optional[str]) -> None:
     """Verify NAME's files against their checksums."""
     from pfedkit.data.sources import check_dataset
+    from pfedkit.errors import DataError
 
-    for line in check_dataset(name, root):
+    try:
+        lines = check_dataset(name, root)
+    except DataError as err:
+        for line in getattr(err, "checked", []):  # the good files, then the problems as the error
+            click.echo(line)
+        raise
+    for line in lines:
         click.echo(line)
 
 

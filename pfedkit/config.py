@@ -18,7 +18,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # inf/nan: refused
 
 
 class DataSection(Section):
@@ -26,6 +26,8 @@ class DataSection(Section):
     root: Optional[str] = None  # else $PFEDKIT_DATA, else ~/.cache/pfedkit
     options: dict[str, Any] = Field(default_factory=dict)
     fraction: float = Field(1.0, gt=0, le=1)  # keep this share of each class of each split (seeded), for small-scale runs
+    # sha256 of the loaded data set, recorded by the run; given, the data must match it (so another root may be used)
+    checksum: Optional[str] = None
 
 
 class PartitionSection(Section):
@@ -50,7 +52,7 @@ class ModelSection(Section):
 class MethodSection(BaseModel):
     """`name` plus the method's own hyper-parameters, validated against its Params class."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str = "fedavg"
 
 
@@ -168,7 +170,12 @@ def build_config(raw: dict[str, Any]) -> Config:
     except ValidationError as err:
         raise ConfigError(_describe_error(err, raw)) from None
     registry.check_names(config)
-    registry.method_class(config.method.name).validate_params(config.method_params())
+    method = registry.method_class(config.method.name)
+    given = config.method_params()
+    for key, value in method.Params.run_defaults(config.train).items():
+        if key not in given:  # recorded in the resolved config, so the run states the value it used
+            setattr(config.method, key, value)
+    method.validate_params(config.method_params())
     return config
 
 
@@ -207,6 +214,37 @@ def dump_toml(data: dict[str, Any]) -> str:
         out.extend(f"{k} = {_toml_value(v)}" for k, v in body.items() if v is not None)
         out.append("")
     return "\n".join(out)
+
+
+# Keys that say where files are or how a run is carried out, not what it computes: a run may change them and stay
+# the same run (the data themselves are checked by data.checksum).
+PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every")
+
+
+def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested sections as one level of dotted keys."""
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_differences(old: Config, new: Config, ignore: tuple[str, ...] = PLACEMENT_KEYS) -> list[str]:
+    """What differs between two configs ("key: old -> new"), leaving out the `ignore` keys."""
+    a, b = flat(old.to_dict()), flat(new.to_dict())
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys())
+            if k not in ignore and a.get(k) != b.get(k)]
+
+
+def read_saved_config(path: Path) -> Config:
+    """A run folder's config.toml, validated."""
+    try:
+        return build_config(tomllib.loads(Path(path).read_text()))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from None
 
 
 def save_config(config: Config, path: Path) -> None:

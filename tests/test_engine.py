@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pfedkit.config import build_config, dump_toml, load_config
+from pfedkit.config import build_config, config_differences, dump_toml, load_config
 from pfedkit.engine.simulation import METRIC_COLUMNS, Simulation, run_experiment, sample_clients
 from pfedkit.engine.store import read_csv
 from pfedkit.errors import ConfigError, PfedkitError
@@ -45,8 +45,10 @@ def test_run_writes_every_output_and_learns(tmp_path):
     assert summary["protocol"] == "pfllib" and summary["method"] == "fedavg"
     assert float(rows[-1]["acc"]) > float(rows[0]["acc"]) + 0.2  # trained well above the untrained model
     assert len(read_csv(tmp_path / "clients.csv")) == 7 * 6  # each client's accuracy every round
-    # the saved config is runnable as it is
-    assert load_config(tmp_path / "config.toml") == synthetic(train={"rounds": 6})
+    # the saved config is runnable as it is; it records the data's absolute root and checksum
+    saved = load_config(tmp_path / "config.toml")
+    assert config_differences(saved, synthetic(train={"rounds": 6})) == []
+    assert Path(saved.data.root).is_absolute() and saved.data.checksum.startswith("sha256:")
 
 
 def test_sampling_count_and_seeding():
@@ -91,7 +93,7 @@ def test_existing_run_needs_resume_and_resume_needs_the_same_config(tmp_path):
     run_experiment(synthetic(), tmp_path, progress=False)
     with pytest.raises(PfedkitError, match="--resume"):
         run_experiment(synthetic(), tmp_path, progress=False)
-    with pytest.raises(PfedkitError, match="differs"):
+    with pytest.raises(PfedkitError, match=r"another configuration \(train.lr: 0.1 -> 0.2\)"):
         run_experiment(synthetic(train={"lr": 0.2}), tmp_path, resume=True, progress=False)
 
 

@@ -163,7 +163,15 @@ def test_corrupt_mnist_file(shared_data: Path, tmp_path: Path):
     assert str(labels) in msg and "corrupt" in msg and "d53e105ee54ea40749a09fcbcd1e9432" in msg
     with pytest.raises(DataError, match="d53e105ee54ea40749a09fcbcd1e9432") as e:
         check_dataset("mnist", tmp_path)
-    assert "ok  " in str(e.value)  # the good files are still reported
+    assert "ok  " not in str(e.value) and len(e.value.checked) == 3  # the good files apart from the problem
+    from click.testing import CliRunner
+
+    from pfedkit.cli import main
+
+    result = CliRunner().invoke(main, ["data", "check", "mnist", "--data-root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stdout.count("ok  ") == 3 and "error: ok" not in result.output  # good files are not errors
+    assert result.stderr.startswith("error: ") and "d53e105ee54ea40749a09fcbcd1e9432" in result.stderr
 
 
 def test_recompressed_copy_with_official_content_is_accepted(shared_data, tmp_path):

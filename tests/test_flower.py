@@ -2,6 +2,8 @@
 a real SuperLink and SuperNodes on 127.0.0.1), a node killed and restarted mid-run."""
 from __future__ import annotations
 
+import json
+
 import csv
 import sys
 import time
@@ -299,6 +301,9 @@ def test_missing_replies_do_not_stop_a_round_and_min_replies_holds_the_server(tm
     assert rows[1]["missing"] == "2" and rows[1]["answered"] == "0 1" and rows[1]["clients_trained"] == "2"
     assert rows[2]["answered"] == "0 1 2"
     assert {int(r["client"]) for r in read_csv(tmp_path / "a/clients.csv") if r["round"] == "1"} == {0, 1}
+    summary = json.loads((tmp_path / "a/summary.json").read_text())  # says whom its accuracies cover
+    assert summary["rounds_with_missing_clients"] == {"1": [2]} and summary["evaluated_clients"]["1"] == 2
+    assert "only the clients that answered" in summary["note"]
 
     grid = FakeGrid(cfg, {0: 101, 1: 102, 2: 103}, tmp_path / "state-b")
     grid.dead = {1: {103}}

@@ -14,7 +14,7 @@ from pfedkit.data.partition import (
     pfllib_min_samples,
     split_train_test,
 )
-from pfedkit.data.sources import DataSource, load_dataset
+from pfedkit.data.sources import DataSource, content_checksum, load_dataset
 from pfedkit.errors import ConfigError
 from pfedkit.methods.base import ClientData, ServerData
 
@@ -32,6 +32,7 @@ class FederatedDataset:
     train_idx: list[np.ndarray]
     test_idx: list[np.ndarray]
     server: ServerData | None = None  # validation and proxy data held by the server ([proxy] section)
+    checksum: str = ""  # content_checksum of the data set as loaded (before data.fraction)
 
     @property
     def num_clients(self) -> int:
@@ -89,6 +90,7 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     from pfedkit.data.proxy import split_server_data
 
     source = source or load_dataset(config.data.dataset, config.data.root, **config.data.options)
+    checksum = content_checksum(source)
     source = keep_fraction(source, config.data.fraction, config.run.seed)
     source, server = split_server_data(config.proxy, source, config.run.seed, config.data.root)
     part, seed = config.partition, config.run.seed
@@ -111,7 +113,7 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
         clients = partition_labels(y.numpy(), part.scheme, part.clients, seed, min_samples=min_samples, **options)
         train_idx, test_idx = split_train_test(clients, part.test_fraction, seed)
         return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx,
-                                server)
+                                server, checksum)
     if source.test_x is None:
         raise ConfigError(
             f"dataset {source.name} has no official test split, so `eval.protocol = \"official-test\"` cannot be used; "
@@ -123,5 +125,5 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     test_idx = draw_test_like(y, train_idx, source.test_y.numpy(), seed, per_client=part.test_per_client)
     return FederatedDataset(
         source.name, "official-test", source.num_classes, source.input_shape,
-        source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx, server,
+        source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx, server, checksum,
     )

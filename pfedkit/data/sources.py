@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import inspect
 import os
 import pickle
@@ -64,6 +65,16 @@ def normalize(images: np.ndarray) -> torch.Tensor:
     """uint8 [N, C, H, W] -> float32 scaled to [0, 1], then (x - 0.5) / 0.5 per channel (PFLlib's convention)."""
     x = torch.from_numpy(images.astype(np.float32, order="C")).div_(255.0)  # a writable copy
     return x.sub_(0.5).div_(0.5)
+
+
+def content_checksum(source: DataSource) -> str:
+    """sha256 over the loaded tensors (both splits, images and labels): the data a run used, wherever they were read."""
+    digest = hashlib.sha256(f"{source.name} {source.num_classes}".encode())
+    for tensor in (source.train_x, source.train_y, source.test_x, source.test_y):
+        if tensor is not None:
+            digest.update(str(tuple(tensor.shape)).encode())
+            digest.update(memoryview(tensor.detach().cpu().contiguous().numpy()).cast("B"))
+    return "sha256:" + digest.hexdigest()
 
 
 def labels_tensor(labels) -> torch.Tensor:
@@ -381,7 +392,8 @@ def _count_images(folder: Path, skip: tuple[str, ...] = (), sub: str = "") -> tu
 
 
 def check_dataset(name: str, root: str | os.PathLike | None = None) -> list[str]:
-    """One line per file or folder checked; DataError listing every problem if anything is missing or corrupt."""
+    """One line per file or folder checked; DataError listing every problem (and only the problems; the good
+    files are its `checked` lines) if anything is missing or corrupt."""
     _check_name(name)
     root = resolve_data_root(root)
     if name in ("digits", "synthetic"):
@@ -415,5 +427,7 @@ def check_dataset(name: str, root: str | os.PathLike | None = None) -> list[str]
             ann = root / "tiny-imagenet" / "tiny-imagenet-200" / "val" / "val_annotations.txt"
             lines.append(f"ok  {ann}" if ann.is_file() else f"--  {ann} not found: no test split")
     if problems:
-        raise DataError("\n".join(lines + problems))
+        error = DataError("\n".join(problems))
+        error.checked = lines  # the files that are fine, for a caller that lists them apart from the problems
+        raise error
     return lines

@@ -11,18 +11,21 @@ import torch
 from tqdm import tqdm
 
 from pfedkit import registry
-from pfedkit.config import Config, dump_toml, save_config
+from pfedkit.config import Config, config_differences, read_saved_config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
+from pfedkit.data.sources import resolve_data_root
+from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix
 from pfedkit.engine.evaluation import summarize_round, summarize_run
 from pfedkit.engine.store import (
     CHECKPOINT,
+    RunLock,
     atomic_write_csv,
     atomic_write_json,
     load_checkpoint,
     save_checkpoint,
 )
 from pfedkit.engine.workers import Executor, Task
-from pfedkit.errors import ConfigError, PfedkitError
+from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.methods.base import Method, MethodContext, ServerData, State, TrainSettings
 from pfedkit.models import build_model
 from pfedkit.seeding import numpy_generator
@@ -55,6 +58,13 @@ def run_device(name: str) -> torch.device:
             raise ConfigError(f"run.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
                               f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return device
+
+
+def with_absolute_root(config: Config) -> Config:
+    """A copy whose data.root is absolute: a run folder names its data wherever it is resumed from."""
+    config = config.model_copy(deep=True)
+    config.data.root = str(resolve_data_root(config.data.root).resolve())
+    return config
 
 
 def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.Module:
@@ -97,10 +107,18 @@ class RoundLoop:
     num_clients: int
 
     def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True):
-        self.config, self.out, self.progress = config, Path(out), progress
-        self._prepare_out_dir(resume)
+        self.config, self.out, self.progress = with_absolute_root(config), Path(out), progress
+        self.lock = RunLock(self.out)  # held until run() ends: one run per folder
+        try:
+            self._prepare_out_dir(resume)
+        except BaseException:
+            self.lock.release()
+            raise
 
     def start(self, resume: bool) -> None:
+        """Called by a subclass once its method (and data) are ready: records the config, loads the checkpoint."""
+        save_config(self.config, self.out / "config.toml")
+        (self.out / DIVERGED).unlink(missing_ok=True)
         ckpt = load_checkpoint(self.out) if resume else None
         if ckpt is None:
             self.server = self.method.init_server()
@@ -115,15 +133,29 @@ class RoundLoop:
     def _prepare_out_dir(self, resume: bool) -> None:
         saved = self.out / "config.toml"
         if resume:
-            if saved.exists() and saved.read_text() != dump_toml(self.config.to_dict()):
-                raise PfedkitError(
-                    f"{saved} differs from the configuration given; resume with the run's own config "
-                    f"(`pfedkit run {saved} --out {self.out} --resume`) or start a new --out"
-                )
+            if saved.exists():
+                old = read_saved_config(saved)
+                if changes := config_differences(old, self.config):
+                    raise PfedkitError(
+                        f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
+                        f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
+                        f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved) or start a new --out")
+                given = self.config.data.checksum
+                if given and old.data.checksum and given != old.data.checksum:
+                    raise PfedkitError(f"data.checksum {given} is not the {old.data.checksum} that {saved} records; "
+                                       "leave data.checksum out to resume with the run's own data")
+                self.config.data.checksum = given or old.data.checksum  # the data must verify against the run's
         elif (self.out / CHECKPOINT).exists() or (self.out / "metrics.csv").exists():
             raise PfedkitError(f"{self.out} already holds a run; pass --resume to continue it, or choose another --out")
-        self.out.mkdir(parents=True, exist_ok=True)
-        save_config(self.config, saved)
+
+    def verify_data(self, checksum: str) -> None:
+        """The loaded data must be the data the config (or the resumed run) names; else they are recorded now."""
+        expected = self.config.data.checksum
+        if expected and checksum != expected:
+            raise DataError(
+                f"the {self.config.data.dataset} data under {self.config.data.root} are not the data this run was made "
+                f"with (expected {expected}, found {checksum}); point --data-root at the run's data, or start a new --out")
+        self.config.data.checksum = checksum
 
     # ---- where clients run; subclasses implement these ----
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
@@ -142,6 +174,10 @@ class RoundLoop:
     def checkpoint_extra(self) -> dict[str, Any]:
         return {}
 
+    def summary_extra(self) -> dict[str, Any]:
+        """The subclass's own entries in summary.json."""
+        return {}
+
     # ---- the round logic shared by every engine ----
     def payloads(self, round: int, cids: list[int]) -> dict[int, State]:
         return {cid: self.method.broadcast(self.server, round, cid) for cid in cids}
@@ -149,7 +185,13 @@ class RoundLoop:
     def sample(self, round: int) -> list[int]:
         return sample_clients(self.num_clients, self.config.train.join_ratio, self.config.run.seed, round)
 
+    def diverged(self, round: int, where: str, messages: dict[int, State]) -> None:
+        """Stop the run when any message holds inf or NaN."""
+        check_finite(round, where, messages, self.config.method.name,
+                     likely_fix(self.config.train.lr, self.config.method_params()))
+
     def record_evaluation(self, round: int, per_client: dict[int, tuple[int, float, int]]) -> dict[str, Any]:
+        self.diverged(round, "evaluation losses", {cid: {"loss": float(loss)} for cid, (_, loss, _) in per_client.items()})
         for cid in sorted(per_client):
             correct, _, n = per_client[cid]
             self.client_rows.append({"round": round, "client": cid, "correct": correct, "n_test": n,
@@ -157,8 +199,11 @@ class RoundLoop:
         return summarize_round(per_client)
 
     def apply_replies(self, round: int, payloads: dict[int, State], replies: dict[int, State]) -> dict[str, Any]:
-        """Aggregate the replies that arrived; bytes down count every payload sent."""
-        self.server = self.method.aggregate(self.server, replies, round)
+        """Aggregate the replies that arrived (all finite, else the run stops); bytes down count every payload sent."""
+        self.diverged(round, "replies", replies)
+        server = self.method.aggregate(self.server, replies, round)
+        self.diverged(round, "aggregated server state", {-1: server})
+        self.server = server
         return {"bytes_down": sum(message_bytes(p) for p in payloads.values()),
                 "bytes_up": sum(message_bytes(r) for r in replies.values()), "clients_trained": len(replies),
                 **{key: float(self.server[key]) for key in self.method.logged}}
@@ -188,30 +233,53 @@ class RoundLoop:
         return row
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _run(self) -> dict[str, Any]:
         cfg = self.config
         rounds = cfg.train.rounds
-        bar = tqdm(total=rounds + 1, initial=self.next_round, disable=not self.progress, unit="round",
+        # The bar counts training rounds; round R, the final evaluation, shows in its text only.
+        bar = tqdm(total=rounds, initial=min(self.next_round, rounds), disable=not self.progress, unit="round",
                    desc=f"{cfg.method.name}", dynamic_ncols=True)
+        round_s = None
         with self.session():
             for round in range(self.next_round, rounds + 1):
                 row: dict[str, Any] = {"round": round, "acc": None, "acc_client_mean": None, "loss": None,
                                        "train_s": 0.0, "eval_s": 0.0, "bytes_down": 0, "bytes_up": 0,
                                        "clients_trained": 0}
-                # Round R (the last) is evaluation only.
-                row.update(self.play_round(round, round % cfg.eval.every == 0 or round == rounds, round < rounds))
+                evaluated = len(self.client_rows)
+                try:  # round R (the last) is evaluation only
+                    row.update(self.play_round(round, round % cfg.eval.every == 0 or round == rounds, round < rounds))
+                except Diverged as err:
+                    del self.client_rows[evaluated:]
+                    self.checkpoint()  # the state at the start of this round: every part of it was checked finite
+                    atomic_write_csv(self.out / "metrics.csv", self.rows, self.metric_columns)
+                    ends = f"ends at round {round - 1}" if round else "has no finished round"
+                    err.saved = (f" The last finite state (the start of round {round}) is in {self.out / CHECKPOINT}; "
+                                 f"metrics.csv {ends}.")
+                    atomic_write_json(self.out / DIVERGED, err.record())
+                    bar.close()
+                    raise
                 self.rows.append(row)
                 self.next_round = round + 1
                 atomic_write_csv(self.out / "metrics.csv", self.rows, self.metric_columns)
                 if self.next_round % cfg.run.checkpoint_every == 0 or round == rounds:
                     self.checkpoint()
-                bar.set_postfix_str(self._postfix(row))
-                bar.update(1)
+                if round < rounds:
+                    round_s = row["train_s"] + row["eval_s"]
+                    bar.update(1)
+                bar.set_postfix_str(self._postfix(row, round_s, final=round == rounds))
         bar.close()
         return self.finish()
 
-    def _postfix(self, row: dict[str, Any]) -> str:
+    @staticmethod
+    def _postfix(row: dict[str, Any], round_s: Optional[float], final: bool) -> str:
         acc = "-" if row["acc"] is None else f"{row['acc']:.4f}"
-        return f"acc={acc} {row['train_s'] + row['eval_s']:.1f}s/round"
+        speed = "" if round_s is None else f" {round_s:.{1 if round_s >= 1 else 2}f}s/round"
+        return f"{'final ' if final else ''}acc={acc}{speed}"
 
     def checkpoint(self) -> None:
         save_checkpoint(self.out, {
@@ -231,6 +299,7 @@ class RoundLoop:
             **summarize_run(self.rows),
             "train_s": sum(r["train_s"] for r in self.rows), "eval_s": sum(r["eval_s"] for r in self.rows),
             "bytes_down": sum(r["bytes_down"] for r in self.rows), "bytes_up": sum(r["bytes_up"] for r in self.rows),
+            **self.summary_extra(),
         }
         atomic_write_json(self.out / "summary.json", summary)
         save_curves({cfg.method.name: self.rows}, self.out / "curves.png", title=f"{cfg.method.name} on {cfg.data.dataset}")
@@ -245,13 +314,19 @@ class Simulation(RoundLoop):
                  fed: Optional[FederatedDataset] = None):
         self.device = run_device(config.run.device)
         super().__init__(config, out, resume=resume, progress=progress)
-        self.fed = (fed or build_federated(config)).to(self.device)
-        self.num_clients = self.fed.num_clients
-        self.method = make_method(config, self.fed)
-        self.clients: dict[int, State] = {}
-        self.executor: Optional[Executor] = None
-        with self.device_scope():
-            self.start(resume)
+        try:
+            fed = fed or build_federated(self.config)
+            self.verify_data(fed.checksum)
+            self.fed = fed.to(self.device)
+            self.num_clients = self.fed.num_clients
+            self.method = make_method(self.config, self.fed)
+            self.clients: dict[int, State] = {}
+            self.executor: Optional[Executor] = None
+            with self.device_scope():
+                self.start(resume)
+        except BaseException:
+            self.lock.release()
+            raise
 
     def device_scope(self) -> contextlib.AbstractContextManager:
         """On a GPU, tensors a method makes without naming a device (and seeded generators) go there too; on the
@@ -289,11 +364,11 @@ class Simulation(RoundLoop):
     def train_clients(self, round: int, payloads: dict[int, State]) -> dict[int, State]:
         sizes = self.fed.train_sizes()
         tasks = [Task("train", cid, round, payload, self.client_state(cid), int(sizes[cid])) for cid, payload in payloads.items()]
-        replies: dict[int, State] = {}
-        for cid, (reply, client) in self.executor.run(tasks):
-            replies[cid] = reply
-            self.clients[cid] = client
-        return replies
+        results = dict(self.executor.run(tasks))
+        new_states = {cid: client for cid, (_, client) in results.items()}
+        self.diverged(round, "client states", new_states)  # kept only when finite: a checkpoint never holds NaN
+        self.clients.update(new_states)
+        return {cid: reply for cid, (reply, _) in results.items()}
 
 
 def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,

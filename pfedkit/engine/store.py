@@ -5,10 +5,14 @@ import csv
 import io
 import json
 import os
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+import filelock
 import torch
 
 from pfedkit.errors import PfedkitError
@@ -70,7 +74,77 @@ def load_checkpoint(out: Path) -> dict[str, Any] | None:
     try:
         return torch.load(path, weights_only=True)
     except Exception as err:  # a checkpoint is only ever replaced whole, so this is outside damage
-        raise PfedkitError(f"checkpoint {path} cannot be read ({err}); delete it to start the run again") from None
+        # torch's own message goes on to suggest weights_only=False, which would run whatever the file holds
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise PfedkitError(f"checkpoint {path} cannot be read safely ({reason}); it was not written by this pfedkit, "
+                           "or it is damaged: delete it to start the run again") from None
+
+
+LOCK = ".pfedkit.lock"
+OWNER = ".pfedkit-owner.json"
+
+
+SECRET_FLAGS = ("token", "key", "password", "secret")
+
+
+def shown_command(argv: list[str], limit: int = 300) -> str:
+    """The command line for a person to recognise, with the values of secret-looking options (Flower's --token) hidden."""
+    shown, hide = [], False
+    for arg in argv:
+        if hide:
+            shown.append("***")
+            hide = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        secret = flag.startswith("-") and any(word in flag.lower() for word in SECRET_FLAGS)
+        shown.append(f"{flag}=***" if secret and eq else arg)
+        hide = secret and not eq
+    if shown:  # `python -m pfedkit` runs pfedkit/__main__.py
+        program = Path(shown[0])
+        shown[0] = program.parent.name if program.name == "__main__.py" else program.name
+    text = " ".join(shown)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class RunLock:
+    """One run per output folder: an exclusive lock on `out` held until `release()` (or this process ends).
+
+    The kernel drops the lock of a process that dies, so a folder left by a killed run is taken over, with a
+    message naming the process that left it."""
+
+    def __init__(self, out: Path, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock = filelock.FileLock(str(self.out / LOCK), timeout=0, is_singleton=False)
+        try:
+            self.lock.acquire()
+        except filelock.Timeout:
+            raise PfedkitError(f"{self.out} is in use by {self._describe(self._owner())}; wait for that run to finish "
+                               "or stop it, or choose another --out") from None
+        previous = self._owner()
+        if previous and previous.get("pid") != os.getpid():
+            log(f"note: {self.out} was left locked by {self._describe(previous)}, which is no longer running; "
+                "taking it over")
+        atomic_write_json(self.out / OWNER, {"pid": os.getpid(), "host": socket.gethostname(),
+                                             "command": shown_command(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+    def _owner(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.out / OWNER).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    @staticmethod
+    def _describe(owner: dict[str, Any]) -> str:
+        if not owner:
+            return "another process"
+        return (f"process {owner.get('pid')} on {owner.get('host')} (`{owner.get('command')}`, started "
+                f"{owner.get('started')})")
+
+    def release(self) -> None:
+        if self.lock.is_locked:
+            (self.out / OWNER).unlink(missing_ok=True)
+            self.lock.release(force=True)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

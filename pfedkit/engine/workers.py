@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.engine.lifeline import die_with_parent
 from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method, State
 
@@ -52,7 +53,8 @@ def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
     return task.cid, evaluate_model(model, data.test_x, data.test_y)
 
 
-def _worker_init() -> None:
+def _worker_init(parent_pid: int) -> None:
+    die_with_parent(parent_pid)  # a killed run leaves no worker behind
     torch.set_num_threads(1)
 
 
@@ -80,7 +82,8 @@ class Executor:
         self.pool = None
         if self.workers > 1:
             _SHARED = (method, fed)
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"), initializer=_worker_init)
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
+                                            initializer=_worker_init, initargs=(os.getpid(),))
 
     def run(self, tasks: list[Task]) -> Iterator[tuple[int, Any]]:
         if self.pool is None:

@@ -81,6 +81,7 @@ def local(config, out, overrides, run_name, min_replies, round_timeout, min_clie
         key, value = item.split("=", 1)
         extra[key] = value
     work_dir = Path(work) if work else settings.out / "flower"
-    summary = run_loopback(settings, work_dir, settings.config.partition.clients, timeout=timeout, node_config=extra)
+    summary = run_loopback(settings, work_dir, settings.config.partition.clients, timeout=timeout, node_config=extra,
+                           log=lambda line: click.echo(f"flower local: {line}", err=True))
     click.echo(json.dumps(summary, indent=2))
     click.echo(f"results: {settings.out}; logs: {work_dir}")

@@ -15,8 +15,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
+from pfedkit.engine.lifeline import Guardian, descendants, send
 from pfedkit.errors import PfedkitError
 
 FEDERATION = "loopback"
@@ -56,33 +57,6 @@ def node_config_text(values: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={literal(v)}" for k, v in values.items())
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc; empty elsewhere). Flower starts some helpers in their own
-    sessions (the SuperLink's flower-superexec and its ServerApp), so a group kill alone can miss them."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def stop(proc: Optional[subprocess.Popen], grace: float = 15.0, sig: int = signal.SIGTERM) -> None:
     """Signal the process (started in its own session), its group and every descendant; SIGKILL what lingers."""
     if proc is None:
@@ -93,7 +67,7 @@ def stop(proc: Optional[subprocess.Popen], grace: float = 15.0, sig: int = signa
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
-    _signal(below, sig)
+    send(below, sig)
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
@@ -105,7 +79,7 @@ def stop(proc: Optional[subprocess.Popen], grace: float = 15.0, sig: int = signa
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in below):
         time.sleep(0.1)
-    _signal([pid for pid in below if Path(f"/proc/{pid}").exists()], signal.SIGKILL)
+    send([pid for pid in below if Path(f"/proc/{pid}").exists()], signal.SIGKILL)
 
 
 class LoopbackFederation:
@@ -120,17 +94,21 @@ class LoopbackFederation:
         self.superlink: Optional[subprocess.Popen] = None
         self.nodes: dict[int, subprocess.Popen] = {}
         self.runs: list[subprocess.Popen] = []
+        self.guardian: Optional[Guardian] = None
 
     def _spawn(self, cmd: list[str], log_name: str) -> subprocess.Popen:
         log = open(self.workdir / log_name, "ab")
         try:  # own session: stopping the group also stops the app processes it spawned
-            return subprocess.Popen(cmd, env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(cmd, env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
+        self.guardian.watch(proc.pid)  # killed with its helpers should this process die without close()
+        return proc
 
     def __enter__(self) -> "LoopbackFederation":
         self.home.mkdir(parents=True, exist_ok=True)
+        self.guardian = Guardian()
         (self.home / "config.toml").write_text(
             f'[superlink.{FEDERATION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
         try:
@@ -181,28 +159,50 @@ class LoopbackFederation:
         for cid in list(self.nodes):
             stop(self.nodes.pop(cid))
         stop(self.superlink)
+        if self.guardian is not None:
+            self.guardian.close()
+            self.guardian = None
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
+def rounds_done(metrics: Path) -> int:
+    """Rows in the server's metrics.csv so far (0 while it has none)."""
+    try:
+        return max(len(metrics.read_text().splitlines()) - 1, 0)
+    except OSError:
+        return 0
+
+
 def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 3600.0,
-                 node_config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-    """Write the app, start a SuperLink and one SuperNode per client on 127.0.0.1, run to the end, stop them all."""
+                 node_config: Optional[Mapping[str, Any]] = None,
+                 log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Write the app, start a SuperLink and one SuperNode per client on 127.0.0.1, run to the end, stop them all;
+    `log` hears each step and each finished round."""
     from pfedkit.flower.settings import write_app
 
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     app_dir = workdir / "app"
     write_app(app_dir, settings)
+    metrics = Path(settings.out) / "metrics.csv"
+    total = settings.config.train.rounds + 1  # round R is the final evaluation
+    log(f"starting a SuperLink on 127.0.0.1 (logs in {workdir})")
     with LoopbackFederation(workdir) as fed:
+        log(f"starting {nodes} SuperNodes")
         for cid in range(nodes):
             fed.start_node(cid, **(node_config or {}))
         proc = fed.run_app(app_dir)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise PfedkitError(f"the Flower run did not finish in {timeout:.0f} s; see {workdir / 'run.log'}") from None
+        log(f"run started; each round costs about 10 s of Flower polling on top of training")
+        deadline, seen = time.monotonic() + timeout, rounds_done(metrics)
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise PfedkitError(f"the Flower run did not finish in {timeout:.0f} s; see {workdir / 'run.log'}")
+            time.sleep(1.0)
+            if (done := rounds_done(metrics)) != seen:
+                seen = done
+                log(f"round {done}/{total} done")
     summary_path = Path(settings.out) / "summary.json"
     if not summary_path.exists():
         raise PfedkitError(f"the Flower run ended without results; see {workdir / 'run.log'}")

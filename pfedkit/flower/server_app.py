@@ -32,19 +32,37 @@ class FlowerRun(RoundLoop):
 
     def __init__(self, grid: Grid, settings: RunSettings):
         super().__init__(settings.config, settings.out, resume=settings.resume, progress=False)
-        self.grid, self.settings = grid, settings
-        self.num_clients = settings.config.partition.clients
-        self.nodes: dict[int, int] = {}  # stable client id -> current Flower node id
-        self.asked: set[int] = set()  # node ids already asked who they are
-        self.data_shape: tuple[tuple[int, ...], int] | None = None
-        self.data_shape_from: int = -1
-        self.wait_for_clients()
-        input_shape, num_classes = self.data_shape
-        self.method = build_method(settings.config, input_shape, num_classes, server_data(settings.config))
-        self.run_key = f"{settings.run_name}-{uuid.uuid4().hex[:12]}"  # keys client state on the nodes' disks
-        self.checkpointed = 0
-        self.reply_rows: list[dict[str, Any]] = []  # who answered, on which node, from which saved state
-        self.start(settings.resume)
+        try:
+            self.grid, self.settings = grid, settings
+            self.num_clients = settings.config.partition.clients
+            self.nodes: dict[int, int] = {}  # stable client id -> current Flower node id
+            self.asked: set[int] = set()  # node ids already asked who they are
+            self.data_shape: tuple[tuple[int, ...], int] | None = None
+            self.data_shape_from: int = -1
+            self.wait_for_clients()
+            input_shape, num_classes = self.data_shape
+            self.method = build_method(self.config, input_shape, num_classes, server_data(self.config))
+            self.run_key = f"{settings.run_name}-{uuid.uuid4().hex[:12]}"  # keys client state on the nodes' disks
+            self.checkpointed = 0
+            self.reply_rows: list[dict[str, Any]] = []  # who answered, on which node, from which saved state
+            self.start(settings.resume)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Which clients the accuracies cover: a node that died or timed out leaves its clients out of a round."""
+        evaluated: dict[int, int] = {}
+        for row in self.client_rows:
+            evaluated[row["round"]] = evaluated.get(row["round"], 0) + 1
+        gaps = {str(r["round"]): [int(c) for c in r["missing"].split()] for r in self.rows if r.get("missing")}
+        extra: dict[str, Any] = {"evaluated_clients": {str(k): v for k, v in sorted(evaluated.items())},
+                                 "rounds_with_missing_clients": gaps}
+        if gaps:
+            extra["note"] = (f"accuracies cover only the clients that answered: in {len(gaps)} round(s) some did not "
+                             f"(see rounds_with_missing_clients; last round: {evaluated.get(self.rows[-1]['round'], 0)} "
+                             f"of {self.num_clients} clients evaluated)")
+        return extra
 
     # ---- nodes ----
     def wait_for_clients(self) -> None:

@@ -27,7 +27,12 @@ LossFn = Callable[[SplitModel, torch.Tensor, torch.Tensor], torch.Tensor]
 class HyperParams(BaseModel):
     """A method's hyper-parameters; each field's description names its source (paper section or 'our choice')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @classmethod
+    def run_defaults(cls, train: Any) -> dict[str, Any]:
+        """Values of hyper-parameters that depend on the run (`train`: rounds, join_ratio), for keys not given."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,16 @@ COUNT = "participations"
 
 class FedPHPParams(HyperParams):
     expected_participations: int = Field(
-        ..., ge=1, description="K of the mu schedule: rounds a client is expected to train, join_ratio x rounds in the authors' "
-                               "code (required: it depends on the run, and a wrong K silently changes mu)")
+        ..., ge=1, description="K of the mu schedule: rounds a client is expected to train; not given in a config: "
+                               "round(join_ratio x rounds) of the run, as the authors' code")
     transfer_weight: float = Field(0.05, ge=0, lt=1, description="lambda, weight of the MMD transfer (CE gets 1 - lambda); authors' code grid {0.05, 0.1} for MMD, our choice 0.05 (PFLlib's default 1 zeroes the CE)")
     mu_max: float = Field(0.9, ge=0, le=1, description="cap and slope of the HPM moving average mu; authors' code (0.9)")
     kernels: int = Field(5, ge=1, description="RBF kernels of the MMD (bandwidths spaced by kernel_mul); authors' code (5)")
     kernel_mul: float = Field(2.0, gt=1, description="ratio between successive MMD bandwidths; authors' code (2)")
+
+    @classmethod
+    def run_defaults(cls, train) -> dict:
+        return {"expected_participations": max(1, round(train.rounds * train.join_ratio))}
 
 
 def mmd(source: torch.Tensor, target: torch.Tensor, kernels: int = 5, kernel_mul: float = 2.0) -> torch.Tensor:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from pfedkit.config import Config, apply_overrides, build_config, tomllib
+from pfedkit.config import Config, apply_overrides, build_config, config_differences, read_saved_config, tomllib
 from pfedkit.engine.store import CHECKPOINT, atomic_write_csv, atomic_write_text, read_csv
 from pfedkit.errors import ConfigError
 from pfedkit.reports.plots import save_curves
@@ -35,29 +36,13 @@ def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
     return build_config(raw)
 
 
-# Keys that say where files are or how a run is carried out, not what it computes: a finished run stays valid.
-UNCHECKED_KEYS = ("data.root", "model.options.pretrained", "run.workers", "run.checkpoint_every")
-
-
-def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        if isinstance(value, dict) and value:
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_changes(saved: Path, config: Config) -> list[str]:
     """What differs between the config a run folder was made with and `config` ("key: old -> new")."""
     try:
-        old = flat(build_config(tomllib.loads(saved.read_text())).to_dict())
-    except (ConfigError, tomllib.TOMLDecodeError) as err:
+        old = read_saved_config(saved)
+    except ConfigError as err:
         return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    new = flat(config.to_dict())
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
-            if k not in UNCHECKED_KEYS and old.get(k) != new.get(k)]
+    return config_differences(old, config)
 
 
 def run_folder(out: Path, folder: str, seed: int) -> Path:
@@ -84,18 +69,26 @@ def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
         raise ConfigError(f"{len(problems)} run folder(s) do not match this run:\n  {shown}\n{fix}")
 
 
+def value_cell(values: list[float]) -> str:
+    """Mean ± sample std of percentages (the mean alone for one value)."""
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
 def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str:
     lines = [
         "| method | " + " | ".join(label for _, label in TABLE_KEYS) + " | seeds |",
         "|---|" + "---|" * (len(TABLE_KEYS) + 1),
     ]
-    for method, summaries in results.items():
+    for method, runs in results.items():
+        summaries = [s for s in runs if "diverged" not in s]
+        diverged = [s["diverged"]["round"] for s in runs if "diverged" in s]
         cells = []
         for key, _ in TABLE_KEYS:
             values = [100 * s[key] for s in summaries]
-            mean = statistics.fmean(values)
-            cells.append(f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}")
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {len(summaries)} |")
+            cells.append(value_cell(values) if values else f"diverged (round {min(diverged)})")
+        seeds = f"{len(summaries)}" + (f" ({len(diverged)} diverged)" if diverged and summaries else "")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {seeds} |")
     lines.append("")
     lines.append(f"Test accuracy (%), {protocol} protocol; best = max over evaluated rounds, last = final round; "
                  "mean ± sample std over seeds.")
@@ -114,10 +107,12 @@ def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], out: Path, *,
                     resume: bool = False, progress: bool = True, title: str = "",
-                    folders: Optional[dict[str, str]] = None, write_outputs: bool = True) -> tuple[str, Optional[Path]]:
+                    folders: Optional[dict[str, str]] = None, write_outputs: bool = True,
+                    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> tuple[str, Optional[Path]]:
     """Run every method x seed into out/<method or folders[method]>/seed<N>; with write_outputs, also the table,
     results.csv and a plot of these methods in out (a suite writes its own from every finished run instead)."""
     from pfedkit.data.federated import build_federated
+    from pfedkit.engine.divergence import DIVERGED, Diverged
     from pfedkit.engine.simulation import run_experiment
 
     if not methods:
@@ -134,23 +129,30 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
         summary_path = run_dir / "summary.json"
         if resume and summary_path.exists():
             summary = json.loads(summary_path.read_text())
+        elif resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
+            summary = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
+            log(f"{run_dir} diverged in round {summary['diverged']['round']} (delete the folder to run it again)")
         else:
             if seed not in feds:  # the partition depends on the seed only, so methods share it
                 feds[seed] = build_federated(cfg)
-            summary = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
-                                     progress=progress, fed=feds[seed])
+            try:
+                summary = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
+                                         progress=progress, fed=feds[seed])
+            except Diverged as err:  # one cell's divergence is its result; the other cells still run
+                log(f"{run_dir}: {err}")
+                summary = {"diverged": err.record()}
         results[method].append(summary)
-        if write_outputs:
+        if write_outputs and "diverged" not in summary:
             curves[method].append(read_csv(run_dir / "metrics.csv"))
     protocol = next(iter(configs.values())).eval.protocol
     table = format_table(results, protocol)
     if not write_outputs:
         return table, None
     atomic_write_text(out / "table.md", table + "\n")
-    atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m]],
+    atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m] if "diverged" not in s],
                      ["method", "seed", "best_acc", "best_round", "last_acc", "best_acc_client_mean",
                       "last_acc_client_mean", "train_s", "eval_s", "bytes_down", "bytes_up", "protocol"])
-    plot = save_curves({m: mean_curve(curves[m]) for m in methods}, out / "curves.png", title=title)
+    plot = save_curves({m: mean_curve(curves[m]) for m in methods if curves[m]}, out / "curves.png", title=title)
     return table, plot
 
 

@@ -28,15 +28,15 @@ def line_style(index: int) -> dict[str, str]:
 
 
 def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str = "") -> Path:
-    """One line per run: sample-weighted test accuracy over rounds (rows as in metrics.csv)."""
+    """One line per run: sample-weighted test accuracy (%, as the tables) over rounds (rows as in metrics.csv)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for index, (label, rows) in enumerate(runs.items()):
-        points = [(int(r["round"]), float(r["acc"])) for r in rows if r.get("acc") not in (None, "")]
+        points = [(int(r["round"]), 100 * float(r["acc"])) for r in rows if r.get("acc") not in (None, "")]
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, ys, label=label, linewidth=1.5, **line_style(index))
     ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (sample-weighted)")
+    ax.set_ylabel("test accuracy, % (sample-weighted)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: a suite's many rows hide no curve

@@ -27,6 +27,11 @@ def finished_runs(column_dir: Path, method: str) -> list[Path]:
                   key=lambda d: int(d.name.removeprefix("seed")))
 
 
+def diverged_rounds(column_dir: Path, method: str) -> list[int]:
+    """The rounds in which a cell's runs diverged (any seed), where they did."""
+    return [json.loads(p.read_text())["round"] for p in sorted((column_dir / method).glob("seed*/diverged.json"))]
+
+
 def mean_of_last(run_dir: Path, k: int) -> float:
     """Mean sample-weighted accuracy over the last k evaluated rounds (FedPAC's "final accuracy", methods.md 4.4)."""
     accs = [float(r["acc"]) for r in read_csv(run_dir / "metrics.csv") if r.get("acc") not in (None, "")]
@@ -55,9 +60,12 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             runs = finished_runs(out / col, method)
             summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
             row_rounds[method].update(s["rounds"] for s in summaries)
-            cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries])]
-            if last_k:
-                cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
+            if not runs and (diverged := diverged_rounds(out / col, method)):
+                cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k))
+            else:
+                cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries])]
+                if last_k:
+                    cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
             number = paper.get(method, {}).get(col)
             cells.append("-" if number is None else f"{number:.2f}")
             best = [100 * s["best_acc"] for s in summaries]
