@@ -229,13 +229,16 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: str, out
 @main.command()
 def methods() -> None:
     """List every method with its hyper-parameters and defaults."""
+    from types import SimpleNamespace
+
     from pfedkit.methods import METHODS
 
     for name in sorted(METHODS):
         cls = METHODS[name]
         click.echo(f"{name}: {cls.summary}")
+        from_run = cls.Params.run_defaults(SimpleNamespace(rounds=1, join_ratio=1.0))  # keys filled in from the run
         for field, info in cls.Params.model_fields.items():
-            default = "(required)" if info.is_required() else repr(info.default)
+            default = "(from the run)" if field in from_run else "(required)" if info.is_required() else repr(info.default)
             click.echo(f"    {field} = {default}  # {info.description or ''}")
 
 

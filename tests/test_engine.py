@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up", "clients_trained")
 
 
-def synthetic(**sections):
+def synthetic_raw(**sections) -> dict:
     raw = {
         "data": {"dataset": "synthetic", "options": {"samples": 1200, "test_samples": 300}},
         "partition": {"scheme": "dirichlet", "clients": 6, "beta": 0.5},
@@ -31,7 +31,11 @@ def synthetic(**sections):
     }
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
-    return build_config(raw)
+    return raw
+
+
+def synthetic(**sections):
+    return build_config(synthetic_raw(**sections))
 
 
 def test_run_writes_every_output_and_learns(tmp_path):

@@ -20,23 +20,10 @@ from pfedkit.engine.store import OWNER, read_csv
 from pfedkit.errors import DataError, PfedkitError
 from pfedkit.methods import METHODS
 from pfedkit.methods.fedavg import FedAvg
+from tests.test_engine import synthetic_raw as synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST = REPO.parent / "shared" / "data" / "mnist"
-
-
-def synthetic(**sections) -> dict:
-    raw = {
-        "data": {"dataset": "synthetic", "options": {"samples": 1200, "test_samples": 300}},
-        "partition": {"scheme": "dirichlet", "clients": 6, "beta": 0.5},
-        "model": {"name": "mlp", "options": {"hidden": 32}},
-        "method": {"name": "fedavg"},
-        "train": {"rounds": 4, "batch_size": 16, "lr": 0.1},
-        "run": {"seed": 1, "checkpoint_every": 1, "workers": 1},
-    }
-    for section, values in sections.items():
-        raw.setdefault(section, {}).update(values)
-    return raw
 
 
 def alive(pid: int) -> bool:
@@ -287,7 +274,8 @@ def test_fedphp_takes_its_expected_participations_from_the_run_when_not_given():
     given = load_config(REPO / "examples" / "digits.toml", ["method.name=fedphp", "method.expected_participations=4"])
     assert given.method_params()["expected_participations"] == 4
     listing = CliRunner().invoke(main, ["methods"]).output
-    assert "round(join_ratio x rounds) of the run" in listing.split("fedphp:")[1].split("\n\n")[0]
+    entry = listing.split("\nfedphp:")[1].split("\n", 2)[1]
+    assert "expected_participations = (from the run)" in entry and "round(join_ratio x rounds) of the run" in entry
 
 
 def test_the_progress_bar_counts_training_rounds(tmp_path, capsys):

@@ -187,7 +187,7 @@ def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 
     app_dir = workdir / "app"
     write_app(app_dir, settings)
     metrics = Path(settings.out) / "metrics.csv"
-    total = settings.config.train.rounds + 1  # round R is the final evaluation
+    rounds = settings.config.train.rounds
     log(f"starting a SuperLink on 127.0.0.1 (logs in {workdir})")
     with LoopbackFederation(workdir) as fed:
         log(f"starting {nodes} SuperNodes")
@@ -202,7 +202,8 @@ def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 
             time.sleep(1.0)
             if (done := rounds_done(metrics)) != seen:
                 seen = done
-                log(f"round {done}/{total} done")
+                last = done - 1  # metrics.csv row k is round k; round R is the final evaluation
+                log("final evaluation done" if last == rounds else f"round {last} done ({done}/{rounds} training rounds)")
     summary_path = Path(settings.out) / "summary.json"
     if not summary_path.exists():
         raise PfedkitError(f"the Flower run ended without results; see {workdir / 'run.log'}")
