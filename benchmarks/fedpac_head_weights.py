@@ -9,9 +9,10 @@ import sys
 
 import torch
 
-from pfedkit.config import apply_overrides, build_config, tomllib
-from pfedkit.engine.simulation import run_experiment
+from pfedkit.config import apply_overrides, tomllib
+from pfedkit.experiments import run_experiment
 from pfedkit.methods.fedpac import FedPAC
+from pfedkit.registry import build_config
 
 plain_weights = FedPAC.head_weights
 

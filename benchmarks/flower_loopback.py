@@ -15,11 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pfedkit.config import build_config
-from pfedkit.engine.simulation import run_experiment
-from pfedkit.engine.store import read_csv
+from pfedkit.experiments import run_experiment
 from pfedkit.flower.local import run_loopback
 from pfedkit.flower.settings import RunSettings
+from pfedkit.io import read_csv
+from pfedkit.registry import build_config
 
 COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up", "clients_trained")
 

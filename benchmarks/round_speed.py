@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pfedkit.config import build_config
 from pfedkit.data.federated import build_federated
 from pfedkit.engine.simulation import Simulation
 from pfedkit.engine.workers import default_workers
 from pfedkit.models import build_model
+from pfedkit.registry import build_config
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,7 +90,7 @@ def main() -> None:
     ratio = rate_10 / rate_256
 
     lines = [
-        f"round_speed: MNIST (real), FedAvg, 20 clients, Dirichlet 0.1, FedAvgCNN, batch 10, 1 epoch, lr 0.005",
+        "round_speed: MNIST (real), FedAvg, 20 clients, Dirichlet 0.1, FedAvgCNN, batch 10, 1 epoch, lr 0.005",
         f"machine: {os.cpu_count()} cores, torch {torch.__version__}, workers {default_workers(0)}",
         f"samples per round: {train_samples} trained, {test_samples} evaluated; {args.rounds} rounds measured (median)",
         f"train  s/round: {train_s:7.2f}   ({rate_10:,.0f} samples/s at batch 10)",
@@ -98,7 +98,7 @@ def main() -> None:
         f"total  s/round: {total:7.2f}   target <= 25 s: {'PASS' if total <= 25 else 'FAIL'}",
         f"batch-256 samples/s: engine {rate_256_engine:,.0f}, plain {torch.get_num_threads()}-thread loop {rate_256_plain:,.0f}",
         f"batch-10 / batch-256 throughput: {ratio:.3f}   target >= 0.75: {'PASS' if ratio >= 0.75 else 'FAIL'}",
-        f"per round (round, train_s, eval_s): " + ", ".join(f"({r['round']}, {r['train_s']:.2f}, {r['eval_s']:.2f})" for r in rows),
+        "per round (round, train_s, eval_s): " + ", ".join(f"({r['round']}, {r['train_s']:.2f}, {r['eval_s']:.2f})" for r in rows),
     ]
     text = "\n".join(lines)
     print(text)

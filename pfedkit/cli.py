@@ -49,8 +49,8 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...], root: Optional[str], quiet: bool) -> None:
     """Run one experiment described by CONFIG (a TOML file)."""
-    from pfedkit.config import load_config
-    from pfedkit.engine.simulation import run_experiment
+    from pfedkit.experiments import run_experiment
+    from pfedkit.registry import load_config
 
     if config is None:
         if not resume:
@@ -76,7 +76,7 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
 def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[str, ...], root: Optional[str],
             resume: bool, quiet: bool) -> None:
     """Run several methods over several seeds on CONFIG; write a markdown table and one plot."""
-    from pfedkit.reports.compare import run_comparison
+    from pfedkit.experiments.compare import run_comparison
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
@@ -97,8 +97,8 @@ def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[st
               help="where to write the heatmap PNG")
 def partition(config: str, overrides: tuple[str, ...], root: Optional[str], plot: str) -> None:
     """Print per-client sample and label counts of CONFIG's partition and write a heatmap."""
-    from pfedkit.config import load_config
     from pfedkit.data.federated import build_federated
+    from pfedkit.registry import load_config
     from pfedkit.reports.partition_plot import save_partition_heatmap
 
     cfg = load_config(config, with_root(overrides, root))
@@ -172,7 +172,7 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
     import torch
 
     from pfedkit.config import parse_override
-    from pfedkit.pretrain import pretrain_backbone
+    from pfedkit.experiments.pretrain import pretrain_backbone
 
     if threads > 0:
         torch.set_num_threads(threads)
@@ -203,8 +203,8 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: str, out
               columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
               table_only: bool, quiet: bool) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
-    from pfedkit.reports.reproduce import describe, run_suite
-    from pfedkit.reports.suites import SUITES
+    from pfedkit.experiments.reproduce import describe, run_suite
+    from pfedkit.experiments.suites import SUITES
 
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))
@@ -248,7 +248,7 @@ def methods() -> None:
 @click.option("--quiet", is_flag=True, help="no progress bars")
 def demo(out: str, rounds: Optional[int], quiet: bool) -> None:
     """Offline demo on scikit-learn's digits: Local, FedAvg, FedPer, FedRep over 20 clients, Dirichlet 0.1."""
-    from pfedkit.reports.compare import run_demo
+    from pfedkit.experiments.compare import run_demo
 
     table, plot = run_demo(Path(out), rounds=rounds, progress=not quiet)
     click.echo(table)

@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pfedkit.errors import ConfigError
+from pfedkit.io import atomic_write_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,59 +163,35 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def build_config(raw: dict[str, Any]) -> Config:
-    """Validate sections, then names against the registries, then the method's hyper-parameters."""
-    from pfedkit import registry
-
+def parse_config(raw: dict[str, Any]) -> Config:
+    """The sections and their keys checked; names and a method's hyper-parameters are checked by
+    `registry.build_config`, which knows the registered methods, models and data sets."""
     try:
-        config = Config.model_validate(raw)
+        return Config.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_describe_error(err, raw)) from None
-    registry.check_names(config)
-    method = registry.method_class(config.method.name)
-    given = config.method_params()
-    for key, value in method.Params.run_defaults(config.train).items():
-        if key not in given:  # recorded in the resolved config, so the run states the value it used
-            setattr(config.method, key, value)
-    method.validate_params(config.method_params())
-    return config
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    raw: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist; pass the path of a TOML file")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path} is not valid TOML: {err}") from None
-    return build_config(apply_overrides(raw, list(overrides)))
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file as a dict, or a ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass the path of a TOML file")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from None
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise ConfigError(f"cannot write {value!r} to TOML")
+def without_none(data: Any) -> Any:
+    """TOML has no null: keys whose value is None are left out, at every depth."""
+    if isinstance(data, dict):
+        return {k: without_none(v) for k, v in data.items() if v is not None}
+    return data
 
 
 def dump_toml(data: dict[str, Any]) -> str:
-    """Sections of scalars, lists and inline tables; None values are left out (TOML has no null)."""
-    out = []
-    for section, body in data.items():
-        out.append(f"[{section}]")
-        out.extend(f"{k} = {_toml_value(v)}" for k, v in body.items() if v is not None)
-        out.append("")
-    return "\n".join(out)
+    return tomli_w.dumps(without_none(data))
 
 
 # Keys that say where files are or how a run is carried out, not what it computes: a run may change them and stay
@@ -239,15 +217,5 @@ def config_differences(old: Config, new: Config, ignore: tuple[str, ...] = PLACE
             if k not in ignore and a.get(k) != b.get(k)]
 
 
-def read_saved_config(path: Path) -> Config:
-    """A run folder's config.toml, validated."""
-    try:
-        return build_config(tomllib.loads(Path(path).read_text()))
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path} is not valid TOML: {err}") from None
-
-
 def save_config(config: Config, path: Path) -> None:
-    from pfedkit.engine.store import atomic_write_text
-
     atomic_write_text(path, dump_toml(config.to_dict()))

@@ -1,35 +1,81 @@
-"""Names -> methods, models, datasets; unknown names fail with the valid choices."""
+"""Names -> methods, models, datasets; unknown names fail with the valid choices. A config is complete here: its
+names checked, its method's hyper-parameters validated, and the method built from it."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from pathlib import Path
+from typing import Any, Optional
 
+import torch
+
+from pfedkit.config import Config, apply_overrides, parse_config, read_toml
+from pfedkit.data.sources import DATASET_NAMES
 from pfedkit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pfedkit.config import Config
-    from pfedkit.methods.base import Method
+from pfedkit.methods import METHODS
+from pfedkit.methods.base import Method
+from pfedkit.models import MODEL_NAMES, build_model
+from pfedkit.records import MethodContext, ServerData, TrainSettings
 
 
 def method_names() -> list[str]:
-    from pfedkit.methods import METHODS
-
     return sorted(METHODS)
 
 
-def method_class(name: str) -> type["Method"]:
-    from pfedkit.methods import METHODS
-
+def method_class(name: str) -> type[Method]:
     if name not in METHODS:
         raise ConfigError(f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}")
     return METHODS[name]
 
 
-def check_names(config: "Config") -> None:
-    from pfedkit.data.sources import DATASET_NAMES
-    from pfedkit.models import MODEL_NAMES
-
+def check_names(config: Config) -> None:
     if config.data.dataset not in DATASET_NAMES:
         raise ConfigError(f"unknown dataset {config.data.dataset!r} in `data.dataset`; choose one of: {', '.join(DATASET_NAMES)}")
     if config.model.name not in MODEL_NAMES:
         raise ConfigError(f"unknown model {config.model.name!r} in `model.name`; choose one of: {', '.join(MODEL_NAMES)}")
     method_class(config.method.name)
+
+
+def build_config(raw: dict[str, Any]) -> Config:
+    """Validate sections, then names against the registries, then the method's hyper-parameters."""
+    config = parse_config(raw)
+    check_names(config)
+    method = method_class(config.method.name)
+    given = config.method_params()
+    for key, value in method.Params.run_defaults(config.train).items():
+        if key not in given:  # recorded in the resolved config, so the run states the value it used
+            setattr(config.method, key, value)
+    method.validate_params(config.method_params())
+    return config
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    raw = read_toml(path) if path is not None else {}
+    return build_config(apply_overrides(raw, list(overrides)))
+
+
+def read_saved_config(path: Path) -> Config:
+    """A run folder's config.toml, validated."""
+    return build_config(read_toml(path))
+
+
+def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.Module:
+    with torch.device("cpu"):  # built and seeded on the CPU whatever the run's device: the same initial weights
+        model = build_model(*args, **kwargs)
+    return model.to(device)
+
+
+def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
+                 server: Optional[ServerData] = None) -> Method:
+    """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
+    cls = method_class(config.method.name)
+    params = cls.validate_params(config.method_params())
+    factory = functools.partial(build_model_on, torch.device(config.run.device), config.model.name, tuple(input_shape),
+                                num_classes, **config.model.options)
+    train = TrainSettings(
+        local_epochs=config.train.local_epochs,
+        batch_size=config.train.batch_size,
+        lr=config.train.lr,
+        momentum=config.train.momentum,
+        weight_decay=config.train.weight_decay,
+    )
+    return cls(params, MethodContext(factory, train, num_classes, config.run.seed, server))

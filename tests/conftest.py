@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from pfedkit.methods.base import ClientData, MethodContext, TrainSettings
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, MethodContext, TrainSettings
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -262,7 +262,7 @@ ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations"
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))
 def test_runs_through_the_engine_on_worker_processes_and_learns(tmp_path, name):
-    from pfedkit.engine.simulation import run_experiment
+    from pfedkit.experiments import run_experiment
     from tests.test_engine import synthetic
 
     params = dict(ENGINE_RUNS[name])

@@ -6,7 +6,7 @@ import json
 from click.testing import CliRunner
 
 from pfedkit.cli import main
-from pfedkit.engine.store import read_csv
+from pfedkit.io import read_csv
 
 
 def invoke(*args):

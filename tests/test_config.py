@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from pfedkit.config import apply_overrides, build_config, dump_toml, load_config, tomllib
+from pfedkit.config import apply_overrides, dump_toml, tomllib
 from pfedkit.errors import ConfigError
+from pfedkit.registry import build_config, load_config
 
 
 def write(tmp_path, text):

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pfedkit.config import build_config, config_differences, dump_toml, load_config
-from pfedkit.engine.simulation import METRIC_COLUMNS, Simulation, run_experiment, sample_clients
-from pfedkit.engine.store import read_csv
+from pfedkit.config import config_differences, dump_toml
+from pfedkit.engine.simulation import METRIC_COLUMNS, Simulation, sample_clients
 from pfedkit.errors import ConfigError, PfedkitError
+from pfedkit.experiments import run_experiment
+from pfedkit.io import read_csv
+from pfedkit.registry import build_config, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up", "clients_trained")

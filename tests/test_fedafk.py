@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pfedkit.config import build_config
 from pfedkit.engine.simulation import Simulation
-from pfedkit.engine.store import read_csv
+from pfedkit.io import read_csv
+from pfedkit.registry import build_config
 from pfedkit.seeding import torch_generator
 from tests.conftest import make, tiny_data
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pfedkit.engine.simulation import run_experiment
+from pfedkit.experiments import run_experiment
 from pfedkit.methods.fedpac import HEAD_KEY, feature_statistics, psd_repair, simplex_qp
 from pfedkit.methods.prototypes import NearestPrototype, aggregate_prototypes, class_means
 from tests.conftest import make, tiny_data

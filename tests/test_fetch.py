@@ -10,11 +10,11 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from test_sources import IDX_NAMES, md5, write_cifar10, write_idx_dataset
 
 from pfedkit.data import fetch
 from pfedkit.data.sources import check_dataset, fetch_dataset, load_dataset
 from pfedkit.errors import DataError
-from test_sources import IDX_NAMES, md5, write_cifar10, write_idx_dataset
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):

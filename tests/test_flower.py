@@ -3,8 +3,6 @@ a real SuperLink and SuperNodes on 127.0.0.1), a node killed and restarted mid-r
 from __future__ import annotations
 
 import json
-
-import csv
 import sys
 import time
 from pathlib import Path
@@ -14,15 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from pfedkit.config import build_config
 from pfedkit.data.federated import build_federated
-from pfedkit.engine.simulation import Simulation, run_experiment
-from pfedkit.engine.store import load_checkpoint, read_csv
+from pfedkit.engine.simulation import Simulation
+from pfedkit.engine.store import load_checkpoint
 from pfedkit.errors import ConfigError, PfedkitError
+from pfedkit.experiments import run_experiment
 from pfedkit.flower.node_data import load_node_data
 from pfedkit.flower.settings import RunSettings, write_app
 from pfedkit.flower.state import ClientStateStore
-from pfedkit.methods.base import ClientData
+from pfedkit.io import read_csv
+from pfedkit.records import ClientData
+from pfedkit.registry import build_config
 from tests.conftest import make, tiny_data
 
 if sys.version_info >= (3, 11):
@@ -73,8 +73,8 @@ def required_params(cls) -> dict:
 
 def image_setup():
     """Methods that train adapters need an adapter model and image inputs; some also need server data."""
-    from pfedkit.methods.base import MethodContext, ServerData, TrainSettings
     from pfedkit.models import build_model
+    from pfedkit.records import MethodContext, ServerData, TrainSettings
 
     def data(cid: int, n: int = 16):
         g = torch.Generator().manual_seed(cid)

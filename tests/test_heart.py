@@ -16,8 +16,8 @@ from pfedkit.models.adapters import (
     backbone_state,
     count_trainable,
     is_trainable,
-    load_backbone,
 )
+
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
@@ -91,9 +91,9 @@ def test_adapter_state_holds_trainable_parameters_and_batchnorm_statistics_only(
 # ---------------------------------------------------------------- server data
 
 def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_in_domain_proxy():
-    from pfedkit.config import load_config
     from pfedkit.data.federated import build_federated
     from pfedkit.data.sources import load_dataset
+    from pfedkit.registry import load_config
 
     base = ['data.dataset="synthetic"', "partition.clients=4", 'eval.protocol="official-test"', "proxy.holdout=0.1"]
     fed = build_federated(load_config(None, base))
@@ -119,10 +119,15 @@ def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_
 
 import torch.nn.functional as F  # noqa: E402
 
-from pfedkit.methods.base import ClientData, MethodContext, ServerData, TrainSettings  # noqa: E402
 from pfedkit.methods.distillation import ensemble_log_probs, pgd_attack, symmetric_kl  # noqa: E402
 from pfedkit.methods.heart import alignment_loss  # noqa: E402
 from pfedkit.models.adapters import trainable_names  # noqa: E402
+from pfedkit.records import (
+    ClientData,
+    MethodContext,
+    ServerData,
+    TrainSettings,  # noqa: E402
+)
 
 
 def image_data(cid: int = 0, n: int = 24, classes: int = 3, side: int = 12) -> ClientData:
@@ -322,8 +327,8 @@ HEART_RUN = [
 
 
 def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path):
-    from pfedkit.config import load_config
-    from pfedkit.engine.simulation import run_experiment
+    from pfedkit.experiments import run_experiment
+    from pfedkit.registry import load_config
 
     summary = run_experiment(load_config(None, HEART_RUN), tmp_path / "run", progress=False)
     assert summary["rounds"] == 2 and 0 <= summary["last_acc"] <= 1
@@ -332,9 +337,9 @@ def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path)
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run.device = cuda)")
 def test_heart_pfl_on_a_gpu_starts_from_the_cpu_run_s_model_and_trains(tmp_path):
-    from pfedkit.config import load_config
-    from pfedkit.engine.simulation import run_experiment
-    from pfedkit.engine.store import read_csv
+    from pfedkit.experiments import run_experiment
+    from pfedkit.io import read_csv
+    from pfedkit.registry import load_config
 
     run_experiment(load_config(None, HEART_RUN), tmp_path / "cpu", progress=False)
     gpu = run_experiment(load_config(None, HEART_RUN + ['run.device="cuda"']), tmp_path / "gpu", progress=False)

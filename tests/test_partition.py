@@ -250,9 +250,9 @@ def test_heatmap_rejects_a_bad_matrix(tmp_path):
 def test_data_fraction_keeps_each_class_share_of_each_split_seeded():
     import torch
 
-    from pfedkit.config import build_config
     from pfedkit.data.federated import build_federated, keep_fraction
     from pfedkit.data.sources import load_dataset
+    from pfedkit.registry import build_config
 
     source = load_dataset("synthetic", samples=2000, test_samples=500)
     small = keep_fraction(source, 0.2, seed=0)

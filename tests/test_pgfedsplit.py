@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pfedkit.engine.simulation import run_experiment
+from pfedkit.experiments import run_experiment
 from pfedkit.methods.pgfedsplit import (
     AGG,
     minimize_on_unit_interval,

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from pfedkit.cli import main
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
-from pfedkit.reports import reproduce
-from pfedkit.reports.compare import method_config
-from pfedkit.reports.reproduce import Column, Scale, Suite, cell_config, run_suite
-from pfedkit.reports.suites import SUITES
+from pfedkit.experiments.compare import method_config
+from pfedkit.experiments.reproduce import Column, Scale, Suite, cell_config, run_suite
+from pfedkit.experiments.suites import SUITES
+from pfedkit.experiments import reproduce
 
 TINY = Suite(
     name="tiny",
@@ -65,7 +65,7 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     best = json.loads((tmp_path / "a" / "fedavg" / "seed0" / "summary.json").read_text())["best_acc"]
     assert f"{100 * best - 50.0:+.2f}" in table  # ours beside the paper's number and the difference
     calls = []
-    monkeypatch.setattr("pfedkit.engine.simulation.run_experiment", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr("pfedkit.experiments.runs.simulate", lambda *a, **k: calls.append(a))
     run_suite(TINY, out=tmp_path, progress=False, log=logs.append)
     assert calls == []  # every cell had finished
     for kwargs in ({"table_only": True}, {"columns": ["a"]}):  # the table names the missing data whatever ran
@@ -83,7 +83,7 @@ def test_bad_rows_and_configs_fail_before_anything_trains(tmp_path):
 def test_a_finished_run_with_another_config_stops_the_suite_before_anything_trains(tmp_path, monkeypatch):
     run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedper"], progress=False)
     calls = []
-    monkeypatch.setattr("pfedkit.engine.simulation.run_experiment", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr("pfedkit.experiments.runs.simulate", lambda *a, **k: calls.append(a))
     with pytest.raises(ConfigError, match=r"(?s)a/fedper/seed0 was run with another config \(train\.lr: 0\.05 -> 0\.3\).*delete"):
         run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedavg", "fedper"], overrides=["train.lr=0.3"], progress=False)
     assert calls == [] and not (tmp_path / "a" / "fedavg").exists()  # fedavg, first in order, did not start
@@ -106,7 +106,7 @@ def test_every_suite_validates_at_both_scales_and_lists_itself():
 
 
 def test_heart_claims_are_checked_seed_by_seed(tmp_path):
-    from pfedkit.reports.suites import HEART_ADAPTER_ROWS, HEART_BASELINE_ROWS, heart_claims
+    from pfedkit.experiments.suites import HEART_ADAPTER_ROWS, HEART_BASELINE_ROWS, heart_claims
 
     def finished(column, row, seed, acc):
         run = tmp_path / column / row / f"seed{seed}"

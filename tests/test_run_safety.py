@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from pfedkit.config import build_config, dump_toml
+from pfedkit.config import dump_toml
 from pfedkit.engine.lifeline import descendants
-from pfedkit.engine.simulation import run_experiment
-from pfedkit.engine.store import OWNER, read_csv
+from pfedkit.engine.store import OWNER
 from pfedkit.errors import DataError, PfedkitError
+from pfedkit.experiments import run_experiment
+from pfedkit.io import read_csv
 from pfedkit.methods import METHODS
 from pfedkit.methods.fedavg import FedAvg
+from pfedkit.registry import build_config
 from tests.test_engine import synthetic_raw as synthetic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,8 +102,8 @@ def test_a_huge_learning_rate_exits_non_zero_with_the_fix_and_a_finite_checkpoin
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
 def test_non_finite_hyper_parameters_are_refused(value):
-    from pfedkit.config import load_config
     from pfedkit.errors import ConfigError
+    from pfedkit.registry import load_config
 
     with pytest.raises(ConfigError, match="train.lr.*finite"):
         load_config(None, [f"train.lr={value}"])
@@ -110,7 +112,7 @@ def test_non_finite_hyper_parameters_are_refused(value):
 
 
 def test_a_suite_or_compare_reports_a_diverged_cell_and_does_not_run_it_again(tmp_path, nan_method):
-    from pfedkit.reports.compare import compare_configs
+    from pfedkit.experiments.compare import compare_configs
 
     lines = []
     table, _ = compare_configs(synthetic(), [nan_method, "fedavg"], [1], tmp_path, log=lines.append)
@@ -123,7 +125,7 @@ def test_a_suite_or_compare_reports_a_diverged_cell_and_does_not_run_it_again(tm
 
 
 def test_the_suite_table_shows_diverged_instead_of_a_number(tmp_path):
-    from pfedkit.reports.suite import paper_table
+    from pfedkit.reports.tables import paper_table
 
     run = tmp_path / "col" / "fedavg" / "seed0"
     run.mkdir(parents=True)
@@ -197,8 +199,7 @@ def test_the_guardian_kills_started_process_trees_when_its_owner_dies(tmp_path):
         "time.sleep(300)\n")
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert owner.stdout.readline().strip() == "ready"
-    started = [pid for pid in descendants(owner.pid)]
-    wait_for(lambda: len(started := descendants(owner.pid)) >= 5, 10)  # guardian, 2 bash, 2+ sleeps
+    wait_for(lambda: len(descendants(owner.pid)) >= 5, 10)  # guardian, 2 bash, 2+ sleeps
     started = descendants(owner.pid)
     owner.kill()
     owner.wait()
@@ -267,7 +268,7 @@ def test_fedphp_takes_its_expected_participations_from_the_run_when_not_given():
     from click.testing import CliRunner
 
     from pfedkit.cli import main
-    from pfedkit.config import load_config
+    from pfedkit.registry import load_config
 
     cfg = load_config(REPO / "examples" / "digits.toml", ["method.name=fedphp", "train.join_ratio=0.5"])
     assert cfg.method_params()["expected_participations"] == 15  # round(0.5 x 30), the authors' code

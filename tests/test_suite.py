@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from pfedkit.engine.store import atomic_write_csv
-from pfedkit.reports.suite import paper_table
+from pfedkit.io import atomic_write_csv
+from pfedkit.reports.tables import paper_table
 
 
 def fake_run(folder, accs, rounds):

@@ -16,7 +16,7 @@ from pfedkit.data.partition import (
 )
 from pfedkit.data.sources import DataSource, content_checksum, load_dataset
 from pfedkit.errors import ConfigError
-from pfedkit.methods.base import ClientData, ServerData
+from pfedkit.records import ClientData, ServerData
 
 
 @dataclass

@@ -11,7 +11,7 @@ import torch
 from pfedkit.config import ProxySection
 from pfedkit.data.sources import DataSource, load_dataset
 from pfedkit.errors import ConfigError
-from pfedkit.methods.base import ServerData
+from pfedkit.records import ServerData
 from pfedkit.seeding import numpy_generator
 
 

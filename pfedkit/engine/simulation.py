@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -10,24 +9,18 @@ from typing import Any, Iterator, Optional
 import torch
 from tqdm import tqdm
 
-from pfedkit import registry
-from pfedkit.config import Config, config_differences, read_saved_config, save_config
+from pfedkit.config import Config, config_differences, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix
 from pfedkit.engine.evaluation import summarize_round, summarize_run
-from pfedkit.engine.store import (
-    CHECKPOINT,
-    RunLock,
-    atomic_write_csv,
-    atomic_write_json,
-    load_checkpoint,
-    save_checkpoint,
-)
+from pfedkit.engine.store import CHECKPOINT, RunLock, load_checkpoint, save_checkpoint
 from pfedkit.engine.workers import Executor, Task
 from pfedkit.errors import ConfigError, DataError, PfedkitError
-from pfedkit.methods.base import Method, MethodContext, ServerData, State, TrainSettings
-from pfedkit.models import build_model
+from pfedkit.io import atomic_write_csv, atomic_write_json
+from pfedkit.methods.base import Method
+from pfedkit.records import State
+from pfedkit.registry import build_method, read_saved_config
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
@@ -67,31 +60,8 @@ def with_absolute_root(config: Config) -> Config:
     return config
 
 
-def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.Module:
-    with torch.device("cpu"):  # built and seeded on the CPU whatever the run's device: the same initial weights
-        model = build_model(*args, **kwargs)
-    return model.to(device)
-
-
 def make_method(config: Config, fed: FederatedDataset) -> Method:
     return build_method(config, fed.input_shape, fed.num_classes, fed.server)
-
-
-def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
-                 server: Optional[ServerData] = None) -> Method:
-    """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
-    cls = registry.method_class(config.method.name)
-    params = cls.validate_params(config.method_params())
-    factory = functools.partial(build_model_on, torch.device(config.run.device), config.model.name, tuple(input_shape),
-                                num_classes, **config.model.options)
-    train = TrainSettings(
-        local_epochs=config.train.local_epochs,
-        batch_size=config.train.batch_size,
-        lr=config.train.lr,
-        momentum=config.train.momentum,
-        weight_decay=config.train.weight_decay,
-    )
-    return cls(params, MethodContext(factory, train, num_classes, config.run.seed, server))
 
 
 class RoundLoop:
@@ -288,8 +258,7 @@ class RoundLoop:
         })
 
     def finish(self) -> dict[str, Any]:
-        from pfedkit.reports.plots import save_curves
-
+        """clients.csv and summary.json; plots are the caller's (the round loop draws nothing)."""
         cfg = self.config
         atomic_write_csv(self.out / "clients.csv", self.client_rows, CLIENT_COLUMNS)
         summary = {
@@ -302,7 +271,6 @@ class RoundLoop:
             **self.summary_extra(),
         }
         atomic_write_json(self.out / "summary.json", summary)
-        save_curves({cfg.method.name: self.rows}, self.out / "curves.png", title=f"{cfg.method.name} on {cfg.data.dataset}")
         return summary
 
 
@@ -371,6 +339,8 @@ class Simulation(RoundLoop):
         return {cid: reply for cid, (reply, _) in results.items()}
 
 
-def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                   fed: Optional[FederatedDataset] = None) -> dict[str, Any]:
+def simulate(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
+             fed: Optional[FederatedDataset] = None) -> dict[str, Any]:
+    """One run to its end (from its checkpoint with `resume`); its summary. `pfedkit.experiments.run_experiment` adds
+    the run's plot."""
     return Simulation(config, out, resume=resume, progress=progress, fed=fed).run()

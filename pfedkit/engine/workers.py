@@ -19,7 +19,8 @@ import torch
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.engine.lifeline import die_with_parent
 from pfedkit.errors import PfedkitError
-from pfedkit.methods.base import Method, State
+from pfedkit.methods.base import Method
+from pfedkit.records import State
 
 # Set in the parent just before the pool forks, so workers inherit the method and the data without copies.
 _SHARED: Optional[tuple[Method, Any]] = None

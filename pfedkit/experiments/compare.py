@@ -7,9 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pfedkit.config import Config, apply_overrides, build_config, config_differences, read_saved_config, tomllib
-from pfedkit.engine.store import CHECKPOINT, atomic_write_csv, atomic_write_text, read_csv
+from pfedkit.config import Config, apply_overrides, config_differences, tomllib
+from pfedkit.data.federated import build_federated
+from pfedkit.engine.divergence import DIVERGED, Diverged
+from pfedkit.engine.store import CHECKPOINT
 from pfedkit.errors import ConfigError
+from pfedkit.experiments.runs import run_experiment
+from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
+from pfedkit.registry import build_config, read_saved_config
 from pfedkit.reports.plots import save_curves
 
 DEMO = {
@@ -111,10 +116,6 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
                     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> tuple[str, Optional[Path]]:
     """Run every method x seed into out/<method or folders[method]>/seed<N>; with write_outputs, also the table,
     results.csv and a plot of these methods in out (a suite writes its own from every finished run instead)."""
-    from pfedkit.data.federated import build_federated
-    from pfedkit.engine.divergence import DIVERGED, Diverged
-    from pfedkit.engine.simulation import run_experiment
-
     if not methods:
         raise ConfigError("no methods given; e.g. --methods fedavg,fedper,fedrep")
     # Every config is validated before any training starts.

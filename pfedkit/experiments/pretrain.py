@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from pfedkit.data.sources import load_dataset
 from pfedkit.engine.evaluation import evaluate_model
-from pfedkit.engine.store import atomic_write_bytes
 from pfedkit.errors import ConfigError
+from pfedkit.io import atomic_write_bytes
 from pfedkit.models import build_model
 from pfedkit.models.adapters import backbone_state
 from pfedkit.seeding import derive_seed, torch_generator

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides
-from pfedkit.engine.store import atomic_write_csv, atomic_write_text, read_csv
 from pfedkit.errors import ConfigError, DataError
-from pfedkit.reports.suite import cost_table, finished_runs, mean_of_last, paper_table
+from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
+from pfedkit.reports.tables import cost_table, finished_runs, mean_of_last, paper_table
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
               workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
               log: Callable[[str], None] = print) -> str:
     """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown."""
-    from pfedkit.reports.compare import check_run_folders, compare_configs, method_config, run_folder
+    from pfedkit.experiments.compare import check_run_folders, compare_configs, method_config, run_folder
 
     if scale not in suite.scales:
         raise ConfigError(f"suite {suite.name} has no scale {scale!r}; scales: {', '.join(suite.scales)}")
@@ -169,7 +169,7 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
 
 
 def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], scale: str) -> str:
-    from pfedkit.reports.compare import mean_curve
+    from pfedkit.experiments.compare import mean_curve
     from pfedkit.reports.plots import save_curves
 
     labels = {c: col.label for c, col in suite.columns.items()}
@@ -220,7 +220,7 @@ def describe(suite: Suite) -> str:
                                                                               suite.rows[0]))})
     lines = [f"{suite.name}: {suite.paper}",
              f"  rows:    {', '.join(suite.rows)}",
-             f"  columns: " + "; ".join(f"{c} ({col.label})" for c, col in suite.columns.items()),
+             "  columns: " + "; ".join(f"{c} ({col.label})" for c, col in suite.columns.items()),
              f"  data:    {', '.join(data)}"]
     cells = suite.cells(list(suite.columns), list(suite.rows))
     for name, scale in suite.scales.items():

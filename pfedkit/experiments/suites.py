@@ -8,8 +8,8 @@ import math
 import statistics
 from pathlib import Path
 
-from pfedkit.reports.reproduce import Column, Scale, Suite, merge
-from pfedkit.reports.suite import finished_runs, mean_of_last
+from pfedkit.experiments.reproduce import Column, Scale, Suite, merge
+from pfedkit.reports.tables import finished_runs, mean_of_last
 
 MNIST_PFLLIB = {  # FedAFK Sec. 5.1 and PFLlib's MNIST setting
     "data": {"dataset": "mnist"},
@@ -209,7 +209,7 @@ def heart_cell(raw: dict, column: str, row: str, out: Path) -> None:
 
 def heart_backbone(raw: dict) -> None:
     """Pretrain the small backbone on MNIST (the stand-in for ImageNet) once per output folder."""
-    from pfedkit.pretrain import pretrain_backbone
+    from pfedkit.experiments.pretrain import pretrain_backbone
 
     path = Path(raw["model"]["options"]["pretrained"])
     if not path.exists():

@@ -12,9 +12,9 @@ SET_HELP = "override any key: section.key=value (repeatable)"
 
 def _settings(config: str, out: str, overrides: tuple[str, ...], run_name: Optional[str], min_replies: int,
               round_timeout: float, min_clients: int, resume: bool):
-    from pfedkit.config import load_config
     from pfedkit.errors import ConfigError
     from pfedkit.flower.settings import RunSettings
+    from pfedkit.registry import load_config
 
     cfg = load_config(config, list(overrides))
     if cfg.run.device != "cpu":

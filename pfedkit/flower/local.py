@@ -194,7 +194,7 @@ def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 
         for cid in range(nodes):
             fed.start_node(cid, **(node_config or {}))
         proc = fed.run_app(app_dir)
-        log(f"run started; each round costs about 10 s of Flower polling on top of training")
+        log("run started; each round costs about 10 s of Flower polling on top of training")
         deadline, seen = time.monotonic() + timeout, rounds_done(metrics)
         while proc.poll() is None:
             if time.monotonic() > deadline:

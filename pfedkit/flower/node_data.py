@@ -22,7 +22,7 @@ from pfedkit.config import Config
 from pfedkit.data.partition import split_train_test
 from pfedkit.data.sources import labels_tensor, normalize, read_image_folder
 from pfedkit.errors import ConfigError, DataError
-from pfedkit.methods.base import ClientData
+from pfedkit.records import ClientData
 
 NODE_KEYS = ("client-id", "partition-id", "num-partitions", "data-dir", "image-size", "classes", "num-classes",
              "state-dir", "threads")

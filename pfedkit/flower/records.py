@@ -12,7 +12,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from pfedkit.errors import PfedkitError
-from pfedkit.methods.base import State
+from pfedkit.records import State
 
 TENSORS, VALUES, ORDER = "pfedkit.tensors", "pfedkit.values", "pfedkit.order"
 PLAIN = (bool, int, float, str)

@@ -16,12 +16,15 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 import pfedkit
-from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop, build_method
-from pfedkit.engine.store import atomic_write_csv
+from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop
 from pfedkit.errors import PfedkitError
 from pfedkit.flower.records import from_records, to_records
-from pfedkit.flower.settings import CONTROL, EVAL, INFO as INFO_RECORD, RunSettings
-from pfedkit.methods.base import State
+from pfedkit.flower.settings import CONTROL, EVAL, RunSettings
+from pfedkit.flower.settings import INFO as INFO_RECORD
+from pfedkit.io import atomic_write_csv
+from pfedkit.records import State
+from pfedkit.registry import build_method
+from pfedkit.reports.plots import save_curves
 
 app = ServerApp()
 REPLY_COLUMNS = ("round", "client", "node", "evaluated", "trained", "state_round", "eval_s", "train_s")
@@ -49,6 +52,12 @@ class FlowerRun(RoundLoop):
         except BaseException:
             self.lock.release()
             raise
+
+    def finish(self) -> dict[str, Any]:
+        summary = super().finish()
+        cfg = self.config
+        save_curves({cfg.method.name: self.rows}, self.out / "curves.png", title=f"{cfg.method.name} on {cfg.data.dataset}")
+        return summary
 
     def summary_extra(self) -> dict[str, Any]:
         """Which clients the accuracies cover: a node that died or timed out leaves its clients out of a round."""

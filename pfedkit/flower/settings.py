@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pfedkit.config import Config, build_config, dump_toml
+from pfedkit.config import Config, dump_toml
 from pfedkit.errors import ConfigError
+from pfedkit.registry import build_config
 
 if sys.version_info >= (3, 11):
     import tomllib

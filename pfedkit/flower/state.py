@@ -13,9 +13,9 @@ from typing import Optional
 
 import torch
 
-from pfedkit.engine.store import atomic_write_bytes
 from pfedkit.errors import PfedkitError
-from pfedkit.methods.base import State
+from pfedkit.io import atomic_write_bytes
+from pfedkit.records import State
 
 VERSION = re.compile(r"^after-(\d+)\.pt$")
 

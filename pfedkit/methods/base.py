@@ -7,7 +7,7 @@ how the server combines replies (`aggregate`), and which model is evaluated for 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Optional
 
 import torch
@@ -17,9 +17,9 @@ from torch import nn
 
 from pfedkit.errors import ConfigError
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, MethodContext, State
 from pfedkit.seeding import derive_seed, torch_generator
 
-State = dict[str, Any]
 ALL_PARTS = ("body", "head")
 LossFn = Callable[[SplitModel, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -33,49 +33,6 @@ class HyperParams(BaseModel):
     def run_defaults(cls, train: Any) -> dict[str, Any]:
         """Values of hyper-parameters that depend on the run (`train`: rounds, join_ratio), for keys not given."""
         return {}
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    local_epochs: int
-    batch_size: int
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-
-
-@dataclass
-class ClientData:
-    cid: int
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    num_classes: int
-
-    @property
-    def num_train(self) -> int:
-        return int(self.train_y.shape[0])
-
-
-@dataclass
-class ServerData:
-    """Data only the server holds: a validation split (held out from the clients' training data) and the proxy
-    set for server-side distillation (that same split when in-domain, another data set when out-of-domain)."""
-    val_x: torch.Tensor
-    val_y: torch.Tensor
-    proxy_x: torch.Tensor
-    proxy_y: torch.Tensor
-    proxy_name: str
-
-
-@dataclass(frozen=True)
-class MethodContext:
-    model_factory: Callable[[], SplitModel]
-    train: TrainSettings
-    num_classes: int
-    seed: int
-    server: Optional[ServerData] = None  # None unless the config has a [proxy] section
 
 
 def part_of(key: str) -> str:

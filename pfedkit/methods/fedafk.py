@@ -18,9 +18,10 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from pfedkit.methods.base import ClientData, HyperParams, State, frozen, register
+from pfedkit.methods.base import HyperParams, frozen, register
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class FedAFKParams(HyperParams):

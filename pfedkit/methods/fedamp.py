@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register
+from pfedkit.methods.base import HyperParams, Method, register
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 CLOUD = "cloud.{cid}."  # server-side store of each client's personalized cloud model u_i
 

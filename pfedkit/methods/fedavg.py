@@ -2,8 +2,9 @@
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.base import HyperParams, register
 from pfedkit.methods.sharing import PartSharing
+from pfedkit.records import ClientData, State
 
 
 @register

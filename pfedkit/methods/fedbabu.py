@@ -4,9 +4,9 @@ from typing import Literal
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.base import HyperParams, register
 from pfedkit.methods.sharing import PartSharing
-from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class FedBABUParams(HyperParams):

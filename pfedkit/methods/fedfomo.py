@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register
+from pfedkit.methods.base import HyperParams, Method, register
+from pfedkit.records import ClientData, State
 from pfedkit.seeding import numpy_generator, torch_generator
 
 MODEL = "model.{cid}."  # server-side store of each client's latest model

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register, select
+from pfedkit.methods.base import HyperParams, Method, register, select
 from pfedkit.methods.prototypes import local_prototypes
+from pfedkit.records import ClientData, State
 from pfedkit.seeding import torch_generator
 
 

@@ -22,7 +22,7 @@ from pydantic import Field
 from scipy.optimize import minimize
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register, select, weighted_mean
+from pfedkit.methods.base import HyperParams, Method, register, select, weighted_mean
 from pfedkit.methods.prototypes import (
     aggregate_prototypes,
     class_means,
@@ -31,6 +31,7 @@ from pfedkit.methods.prototypes import (
     prototype_mse,
 )
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 HEAD_KEY = "combined_head.{cid}."  # server-side store of each client's combined head
 

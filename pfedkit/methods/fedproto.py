@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register
+from pfedkit.methods.base import HyperParams, Method, register
 from pfedkit.methods.prototypes import (
     NearestPrototype,
     aggregate_prototypes,
@@ -22,6 +22,7 @@ from pfedkit.methods.prototypes import (
     prototype_mse,
 )
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class FedProtoParams(HyperParams):

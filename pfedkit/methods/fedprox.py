@@ -3,9 +3,10 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.base import HyperParams, register
 from pfedkit.methods.fedavg import FedAvg, FedAvgFT
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class FedProxParams(HyperParams):

@@ -1,9 +1,10 @@
 """FedRep (Collins et al., 2021): train the personal head with the body frozen, then the body with the head frozen."""
 from pydantic import Field
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.base import HyperParams, register
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class FedRepParams(HyperParams):

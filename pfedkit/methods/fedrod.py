@@ -6,9 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pfedkit.methods.base import ClientData, State, register, select
+from pfedkit.methods.base import register, select
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor) -> torch.Tensor:

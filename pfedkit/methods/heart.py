@@ -23,11 +23,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from pfedkit.methods.base import ClientData, State, register
+from pfedkit.methods.base import register
 from pfedkit.methods.distillation import pgd_attack, symmetric_kl
 from pfedkit.methods.perada import AdapterLoss, PerAda, PerAdaParams
 from pfedkit.methods.prototypes import class_means
 from pfedkit.models.adapters import StagedResNet
+from pfedkit.records import ClientData, State
 from pfedkit.seeding import torch_generator
 
 

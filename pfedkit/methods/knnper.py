@@ -12,10 +12,11 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register
+from pfedkit.methods.base import HyperParams, register
 from pfedkit.methods.prototypes import eval_features
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class KNNPerParams(HyperParams):

@@ -15,7 +15,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register
+from pfedkit.methods.base import HyperParams, Method, register
+from pfedkit.records import ClientData, State
 from pfedkit.seeding import derive_seed, torch_generator
 
 HN, HN_MOMENTUM = "hn.", "hn_momentum."

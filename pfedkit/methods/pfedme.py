@@ -14,8 +14,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, State, register, weighted_mean
+from pfedkit.methods.base import HyperParams, register, weighted_mean
 from pfedkit.methods.sharing import PartSharing
+from pfedkit.records import ClientData, State
 
 
 class PFedMeParams(HyperParams):

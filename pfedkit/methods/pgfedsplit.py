@@ -20,9 +20,10 @@ from pydantic import Field
 from scipy.optimize import minimize_scalar
 from torch import nn
 
-from pfedkit.methods.base import ClientData, HyperParams, Method, State, register, select, weighted_mean
+from pfedkit.methods.base import HyperParams, Method, register, select, weighted_mean
 from pfedkit.methods.prototypes import aggregate_prototypes, eval_features, local_prototypes, prototype_mse
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 from pfedkit.seeding import torch_generator
 
 AGG = "aggregated_head."  # the stored aggregated head, on the server and in a payload

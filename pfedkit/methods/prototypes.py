@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pfedkit.methods.base import State, compute_features
+from pfedkit.methods.base import compute_features
 from pfedkit.models.base import SplitModel
+from pfedkit.records import State
 
 
 def class_means(features: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,8 +5,9 @@ from typing import ClassVar, Mapping
 
 from torch import nn
 
-from pfedkit.methods.base import ALL_PARTS, ClientData, Method, State, select, weighted_mean
+from pfedkit.methods.base import ALL_PARTS, Method, select, weighted_mean
 from pfedkit.models.base import SplitModel
+from pfedkit.records import ClientData, State
 
 
 class PartSharing(Method):

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pfedkit.engine.store import atomic_write_bytes  # noqa: E402
+from pfedkit.io import atomic_write_bytes  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:

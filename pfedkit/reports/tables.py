@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from pfedkit.engine.store import read_csv
+from pfedkit.io import read_csv
 
 
 def cell(values: list[float]) -> str:

@@ -1,0 +1,24 @@
+"""One run as a user asks for it: the engine's simulation, then the run folder's plot."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pfedkit.config import Config
+from pfedkit.data.federated import FederatedDataset
+from pfedkit.engine.simulation import simulate
+from pfedkit.io import read_csv
+from pfedkit.reports.plots import save_curves
+
+
+def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
+                   fed: Optional[FederatedDataset] = None) -> dict[str, Any]:
+    """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary."""
+    summary = simulate(config, out, resume=resume, progress=progress, fed=fed)
+    draw_run_curves(Path(out), config)
+    return summary
+
+
+def draw_run_curves(out: Path, config: Config) -> Path:
+    return save_curves({config.method.name: read_csv(out / "metrics.csv")}, out / "curves.png",
+                       title=f"{config.method.name} on {config.data.dataset}")

@@ -1,0 +1,54 @@
+"""The records every layer shares: messages and state, a client's and the server's data, training settings, and the
+context a method is built with. Plain data, no behaviour: `data/` builds them, `methods/` consume them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+State = dict[str, Any]  # a payload, reply or state: a flat dict of tensors and plain numbers
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    local_epochs: int
+    batch_size: int
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class ClientData:
+    cid: int
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def num_train(self) -> int:
+        return int(self.train_y.shape[0])
+
+
+@dataclass
+class ServerData:
+    """Data only the server holds: a validation split (held out from the clients' training data) and the proxy
+    set for server-side distillation (that same split when in-domain, another data set when out-of-domain)."""
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    proxy_x: torch.Tensor
+    proxy_y: torch.Tensor
+    proxy_name: str
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    model_factory: Callable[[], nn.Module]  # a fresh, seeded SplitModel
+    train: TrainSettings
+    num_classes: int
+    seed: int
+    server: Optional[ServerData] = None  # None unless the config has a [proxy] section
