@@ -19,6 +19,14 @@ def with_root(overrides: tuple[str, ...], root: Optional[str]) -> list[str]:
     return list(overrides) + ([f"data.root={json.dumps(root)}"] if root else [])
 
 
+def parse_seeds(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
+    """--seeds 0,1,2 as a list of integers."""
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: seeds are integers, e.g. 0,1,2") from None
+
+
 def _fail(err: Exception) -> None:
     click.echo(f"error: {err}", err=True)
     sys.exit(2)
@@ -67,23 +75,19 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
 @main.command()
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--methods", required=True, help="comma-separated method names")
-@click.option("--seeds", default="0", show_default=True, help="comma-separated seeds")
+@click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--resume", is_flag=True, help="keep finished runs, resume unfinished ones")
 @click.option("--quiet", is_flag=True, help="no progress bars")
-def compare(config: str, methods: str, seeds: str, out: str, overrides: tuple[str, ...], root: Optional[str],
+def compare(config: str, methods: str, seeds: list[int], out: str, overrides: tuple[str, ...], root: Optional[str],
             resume: bool, quiet: bool) -> None:
     """Run several methods over several seeds on CONFIG; write a markdown table and one plot."""
     from pfedkit.experiments.compare import run_comparison
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{seeds!r}: seeds are integers, e.g. 0,1,2", param_hint="--seeds") from None
-    table, plot = run_comparison(config, names, seed_list, Path(out), with_root(overrides, root), resume=resume,
+    table, plot = run_comparison(config, names, seeds, Path(out), with_root(overrides, root), resume=resume,
                                  progress=not quiet)
     click.echo(table)
     click.echo(f"table: {Path(out) / 'table.md'}\nplot: {plot}")
@@ -190,7 +194,7 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 @click.option("--list", "show_list", is_flag=True, help="show every suite: paper, rows, columns, data, time")
 @click.option("--scale", default="small", show_default=True, type=click.Choice(["small", "full"]),
               help="small: what finishes here in about two hours; full: the paper's setting")
-@click.option("--seeds", default="0", show_default=True, help="comma-separated seeds")
+@click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False), help="default runs/reproduce/SUITE")
 @click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
 @click.option("--columns", default=None, help="comma-separated columns to run")
@@ -199,7 +203,7 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--table-only", is_flag=True, help="write the table from the finished runs in --out, train nothing")
 @click.option("--quiet", is_flag=True, help="no progress bars")
-def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: str, out: Optional[str], rows: Optional[str],
+def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int], out: Optional[str], rows: Optional[str],
               columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
               table_only: bool, quiet: bool) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
@@ -213,13 +217,9 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: str, out
         return
     if suite not in SUITES:
         raise click.BadParameter(f"{suite!r}: suites are {', '.join(SUITES)} (see --list)", param_hint="SUITE")
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{seeds!r}: seeds are integers, e.g. 0,1,2", param_hint="--seeds") from None
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
     folder = Path(out) if out else Path("runs") / "reproduce" / suite
-    table = run_suite(SUITES[suite], scale=scale, seeds=seed_list, out=folder, overrides=overrides,
+    table = run_suite(SUITES[suite], scale=scale, seeds=seeds, out=folder, overrides=overrides,
                       rows=split(rows), columns=split(columns), data_root=root, workers=workers,
                       table_only=table_only, progress=not quiet, log=click.echo)
     click.echo(table)

@@ -5,7 +5,7 @@ import copy
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -120,19 +120,24 @@ class Config(Section):
 SECTIONS = tuple(Config.model_fields)
 
 
-def _describe_error(err: ValidationError, raw: dict[str, Any]) -> str:
+def describe_validation_error(err: ValidationError, prefix: str, unknown_key: Callable[[list[str]], str]) -> str:
+    """One "bad configuration" message for a pydantic error: each bad value with what was given, and for an unknown
+    key `unknown_key(location)`'s list of the valid ones. `prefix` is prepended to every key ("method.")."""
     lines = []
     for item in err.errors():
         loc = [str(p) for p in item["loc"]]
-        key = ".".join(loc)
+        key = prefix + ".".join(loc)
         if item["type"] == "extra_forbidden":
-            section_cls = Config if len(loc) == 1 else Config.model_fields[loc[0]].annotation
-            valid = ", ".join(section_cls.model_fields) if section_cls else ""
-            where = f"[{loc[0]}]" if len(loc) > 1 else "the top level"
-            lines.append(f"unknown key `{key}`; valid keys in {where}: {valid}")
+            lines.append(f"unknown key `{key}`; {unknown_key(loc)}")
         else:
             lines.append(f"`{key}`: {item['msg']} (got {item.get('input')!r})")
     return "bad configuration:\n  " + "\n  ".join(lines)
+
+
+def _valid_section_keys(loc: list[str]) -> str:
+    section_cls = Config if len(loc) == 1 else Config.model_fields[loc[0]].annotation
+    where = f"[{loc[0]}]" if len(loc) > 1 else "the top level"
+    return f"valid keys in {where}: {', '.join(section_cls.model_fields) if section_cls else ''}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -148,6 +153,19 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
     return path, parsed
+
+
+def merge(raw: dict[str, Any], changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Sections of `changes` merged into a copy of `raw`, key by key (nested dicts merged too)."""
+    out = copy.deepcopy(raw)
+    for section, values in changes.items():
+        target = out.setdefault(section, {})
+        for key, value in values.items():
+            if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+                target[key] = {**target[key], **value}
+            else:
+                target[key] = copy.deepcopy(value)
+    return out
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -169,7 +187,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_describe_error(err, raw)) from None
+        raise ConfigError(describe_validation_error(err, "", _valid_section_keys)) from None
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import zlib
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -15,6 +17,15 @@ def derive_seed(seed: int, round: int, cid: int, purpose: str) -> int:
 def torch_generator(seed: int, round: int, cid: int, purpose: str) -> torch.Generator:
     """On the default device (the run's, inside a simulation), so that seeded draws land where the data is."""
     return torch.Generator(device=torch.get_default_device()).manual_seed(derive_seed(seed, round, cid, purpose))
+
+
+@contextmanager
+def seeded_torch(seed: int, round: int, cid: int, purpose: str) -> Iterator[None]:
+    """torch's global CPU generator seeded from (seed, round, client, purpose) inside the block, restored after: for
+    draws that cannot take a generator (a model's initialisation, dropout)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, round, cid, purpose))
+        yield
 
 
 def numpy_generator(seed: int, round: int, cid: int, purpose: str) -> np.random.Generator:

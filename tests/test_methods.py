@@ -180,3 +180,22 @@ def test_head_training_with_batchnorm_body_goes_through_the_body():
     bn_model = SplitModel(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), nn.Linear(3, 2), 3)
     assert not deterministic_body(bn_model)
     assert deterministic_body(make("fedrep").model)
+
+
+def test_a_variant_is_its_base_under_another_name_with_only_the_named_defaults_changed():
+    import pytest
+
+    from pfedkit.methods import METHODS
+    from pfedkit.methods.base import variant
+    from pfedkit.methods.fedafk import FedAFK
+
+    no_both = METHODS["fedafk-no-both"]
+    assert issubclass(no_both, FedAFK) and no_both.name == "fedafk-no-both"
+    base, preset = FedAFK.Params().model_dump(), no_both.Params().model_dump()
+    assert {k for k in base if base[k] != preset[k]} == {"kt_weight", "adaptive_aggregation"}
+    assert preset["kt_weight"] == 0.0 and preset["adaptive_aggregation"] is False
+    with pytest.raises(Exception, match="kt_weight"):  # the base field's constraint (<= 1) holds in the variant
+        no_both.validate_params({"kt_weight": 2.0})
+    with pytest.raises(TypeError, match="no hyper-parameter kt_wieght"):
+        variant(FedAFK, "test-typo", "never registered", kt_wieght=0.1)
+    assert "test-typo" not in METHODS

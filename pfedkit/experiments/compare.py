@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pfedkit.config import Config, apply_overrides, config_differences, tomllib
+from pfedkit.config import Config, apply_overrides, config_differences, merge, tomllib
 from pfedkit.data.federated import build_federated
 from pfedkit.engine.divergence import DIVERGED, Diverged
 from pfedkit.engine.store import CHECKPOINT
@@ -16,6 +16,7 @@ from pfedkit.experiments.runs import run_experiment
 from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
 from pfedkit.registry import build_config, read_saved_config
 from pfedkit.reports.plots import save_curves
+from pfedkit.reports.tables import mean_std
 
 DEMO = {
     "data": {"dataset": "digits"},
@@ -33,12 +34,9 @@ TABLE_KEYS = (("best_acc", "best acc"), ("last_acc", "last acc"),
 
 def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
     """The base config with `method.name` set; the base's hyper-parameters apply only to the method it names."""
-    raw = {k: dict(v) for k, v in base.items()}
-    given = raw.get("method", {})
-    raw["method"] = dict(given) if given.get("name") == method else {"name": method}
-    raw["method"]["name"] = method
-    raw.setdefault("run", {})["seed"] = seed
-    return build_config(raw)
+    given = base.get("method", {})
+    section = {**given, "name": method} if given.get("name") == method else {"name": method}
+    return build_config(merge({k: v for k, v in base.items() if k != "method"}, {"method": section, "run": {"seed": seed}}))
 
 
 def config_changes(saved: Path, config: Config) -> list[str]:
@@ -74,12 +72,6 @@ def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
         raise ConfigError(f"{len(problems)} run folder(s) do not match this run:\n  {shown}\n{fix}")
 
 
-def value_cell(values: list[float]) -> str:
-    """Mean ± sample std of percentages (the mean alone for one value)."""
-    mean = statistics.fmean(values)
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
-
-
 def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str:
     lines = [
         "| method | " + " | ".join(label for _, label in TABLE_KEYS) + " | seeds |",
@@ -91,7 +83,7 @@ def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str
         cells = []
         for key, _ in TABLE_KEYS:
             values = [100 * s[key] for s in summaries]
-            cells.append(value_cell(values) if values else f"diverged (round {min(diverged)})")
+            cells.append(mean_std(values) if values else f"diverged (round {min(diverged)})")
         seeds = f"{len(summaries)}" + (f" ({len(diverged)} diverged)" if diverged and summaries else "")
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {seeds} |")
     lines.append("")

@@ -17,7 +17,7 @@ from pfedkit.errors import ConfigError
 from pfedkit.io import atomic_write_bytes
 from pfedkit.models import build_model
 from pfedkit.models.adapters import backbone_state
-from pfedkit.seeding import derive_seed, torch_generator
+from pfedkit.seeding import seeded_torch, torch_generator
 
 BACKBONES = ("resnet18-adapter", "small-resnet-adapter")
 
@@ -35,8 +35,7 @@ def pretrain_backbone(dataset: str, model: str, out: str | Path, *, options: Opt
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ConfigError(f"pretrain needs epochs >= 1, batch size >= 1 and lr > 0 (got {epochs}, {batch_size}, {lr})")
     source = load_dataset(dataset, root)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, -1, -1, "pretrain-init"))
+    with seeded_torch(seed, -1, -1, "pretrain-init"):
         net = build_model(model, source.input_shape, source.num_classes, **options, adapters=False)
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)

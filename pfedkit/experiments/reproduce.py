@@ -8,13 +8,12 @@ The suites themselves are in `pfedkit/reports/suites.py`.
 """
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pfedkit.config import apply_overrides
+from pfedkit.config import apply_overrides, merge
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
 from pfedkit.reports.tables import cost_table, finished_runs, mean_of_last, paper_table
@@ -60,19 +59,6 @@ class Suite:
 
     def cells(self, columns: Sequence[str], rows: Sequence[str]) -> list[tuple[str, str]]:
         return [(c, r) for c in columns for r in rows if self.columns[c].rows is None or r in self.columns[c].rows]
-
-
-def merge(raw: dict[str, Any], changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Sections of `changes` merged into a copy of `raw`, key by key (nested dicts merged too)."""
-    out = copy.deepcopy(raw)
-    for section, values in changes.items():
-        target = out.setdefault(section, {})
-        for key, value in values.items():
-            if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-                target[key] = {**target[key], **value}
-            else:
-                target[key] = copy.deepcopy(value)
-    return out
 
 
 def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequence[str] = (),

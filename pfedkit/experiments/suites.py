@@ -8,7 +8,8 @@ import math
 import statistics
 from pathlib import Path
 
-from pfedkit.experiments.reproduce import Column, Scale, Suite, merge
+from pfedkit.config import merge
+from pfedkit.experiments.reproduce import Column, Scale, Suite
 from pfedkit.reports.tables import finished_runs, mean_of_last
 
 MNIST_PFLLIB = {  # FedAFK Sec. 5.1 and PFLlib's MNIST setting

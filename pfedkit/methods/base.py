@@ -6,21 +6,22 @@ how the server combines replies (`aggregate`), and which model is evaluated for 
 """
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from torch import nn
 
+from pfedkit.config import describe_validation_error
 from pfedkit.errors import ConfigError
-from pfedkit.models.base import SplitModel
+from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, MethodContext, State
-from pfedkit.seeding import derive_seed, torch_generator
+from pfedkit.seeding import seeded_torch, torch_generator
 
-ALL_PARTS = ("body", "head")
 LossFn = Callable[[SplitModel, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -42,6 +43,16 @@ def part_of(key: str) -> str:
 def select(state: Mapping[str, Any], parts: Iterable[str]) -> State:
     parts = tuple(parts)
     return {k: v for k, v in state.items() if part_of(k) in parts}
+
+
+def strip_prefix(state: Mapping[str, Any], prefix: str) -> State:
+    """The entries whose key starts with `prefix`, keyed without it (e.g. a model's head from "head.*" keys)."""
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def add_prefix(state: Mapping[str, Any], prefix: str) -> State:
+    """Every entry keyed with `prefix` in front (e.g. a head stored under a client's own keys)."""
+    return {prefix + k: v for k, v in state.items()}
 
 
 def weighted_mean(replies: Mapping[int, State], keys: Iterable[str], weight: str = "num_samples") -> State:
@@ -79,15 +90,8 @@ class Method:
         try:
             return cls.Params(**raw)
         except ValidationError as err:
-            problems = []
-            for item in err.errors():
-                key = ".".join(str(p) for p in item["loc"])
-                if item["type"] == "extra_forbidden":
-                    valid = ", ".join(cls.Params.model_fields) or "none"
-                    problems.append(f"unknown key `method.{key}` for method {cls.name}; its hyper-parameters: {valid}")
-                else:
-                    problems.append(f"`method.{key}`: {item['msg']} (got {item.get('input')!r})")
-            raise ConfigError("bad configuration:\n  " + "\n  ".join(problems)) from None
+            valid = f"method {cls.name}'s hyper-parameters: {', '.join(cls.Params.model_fields) or 'none'}"
+            raise ConfigError(describe_validation_error(err, "method.", lambda loc: valid)) from None
 
     # ---- the five messages-and-state hooks; the engine calls these ----
     def init_server(self) -> State:
@@ -123,8 +127,7 @@ class Method:
     def initial_state(self) -> State:
         """The seeded initial model, identical for the server and every client."""
         if self._initial is None:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(derive_seed(self.ctx.seed, -1, -1, "model-init"))
+            with seeded_torch(self.ctx.seed, -1, -1, "model-init"):
                 fresh = self.ctx.model_factory()
             self._initial = {k: v.detach().clone() for k, v in fresh.state_dict().items()}
         return self._initial
@@ -147,7 +150,7 @@ class Method:
         return model
 
     @staticmethod
-    def state_of(model: nn.Module, parts: Iterable[str] = ALL_PARTS) -> State:
+    def state_of(model: nn.Module, parts: Iterable[str] = PARTS) -> State:
         return {k: v.detach().clone() for k, v in select(model.state_dict(), parts).items()}
 
     def fit(
@@ -156,7 +159,7 @@ class Method:
         data: ClientData,
         round: int,
         *,
-        parts: Iterable[str] = ALL_PARTS,
+        parts: Iterable[str] = PARTS,
         epochs: Optional[int] = None,
         lr: Optional[float] = None,
         momentum: Optional[float] = None,
@@ -259,3 +262,19 @@ def register(cls: type[Method]) -> type[Method]:
         raise RuntimeError(f"method {cls.name} registered twice")
     METHODS[cls.name] = cls
     return cls
+
+
+def variant(base: type[Method], name: str, summary: str, **defaults: Any) -> type[Method]:
+    """Register `base` under another name with other defaults (a paper's ablation or variant, as a preset): the same
+    code, each changed hyper-parameter keeping its constraints and description."""
+    fields = {}
+    for key, value in defaults.items():
+        if key not in base.Params.model_fields:
+            raise TypeError(f"variant {name}: {base.name} has no hyper-parameter {key}")
+        info = copy.copy(base.Params.model_fields[key])
+        info.default = value
+        fields[key] = (info.annotation, info)
+    params = create_model(f"{base.Params.__name__}_{name.replace('-', '_')}", __base__=base.Params, **fields)
+    cls = type(f"{base.__name__}_{name.replace('-', '_')}", (base,),
+               {"name": name, "summary": summary, "Params": params, "__module__": base.__module__})
+    return register(cls)

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pfedkit.models.base import eval_mode
+
 # pfedkit stores images as (pixel - 0.5) / 0.5 on every channel (pfedkit.data.sources.normalize).
 PIXEL_MEAN, PIXEL_STD = 0.5, 0.5
 
@@ -44,27 +46,23 @@ def pgd_attack(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float
     normalized inputs. `pixel`: the ball and the [0, 1] box live in pixel space (paper, Madry); `normalized`: the
     released code's torchattacks call, which treats normalized tensors as pixels and clamps them to [0, 1].
     The model runs in eval mode during the attack (torchattacks' default) and gets back its mode afterwards."""
-    was_training = model.training
-    model.eval()
     to_model = (lambda p: (p - mean) / std) if space == "pixel" else (lambda p: p)
     base = (x * std + mean) if space == "pixel" else x
     start = (torch.rand(x.shape, generator=generator, dtype=x.dtype) * 2 - 1) * eps
     adv = (base + start).clamp(0, 1)
-    for _ in range(steps):
-        adv.requires_grad_(True)
-        loss = F.cross_entropy(model(to_model(adv)), y)
-        (grad,) = torch.autograd.grad(loss, adv)
-        adv = adv.detach() + alpha * grad.sign()
-        adv = torch.minimum(torch.maximum(adv, base - eps), base + eps).clamp(0, 1)
-    model.train(was_training)
+    with eval_mode(model):
+        for _ in range(steps):
+            adv.requires_grad_(True)
+            loss = F.cross_entropy(model(to_model(adv)), y)
+            (grad,) = torch.autograd.grad(loss, adv)
+            adv = adv.detach() + alpha * grad.sign()
+            adv = torch.minimum(torch.maximum(adv, base - eps), base + eps).clamp(0, 1)
     return to_model(adv).detach()
 
 
 @torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> float:
     """Eval-mode accuracy (the server's validation check); the model's mode is restored."""
-    was_training = model.training
-    model.eval()
-    correct = sum(int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum()) for i in range(0, len(y), batch))
-    model.train(was_training)
+    with eval_mode(model):
+        correct = sum(int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum()) for i in range(0, len(y), batch))
     return correct / max(len(y), 1)

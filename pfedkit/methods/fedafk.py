@@ -18,9 +18,9 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from pfedkit.methods.base import HyperParams, frozen, register
+from pfedkit.methods.base import HyperParams, frozen, register, variant
 from pfedkit.methods.sharing import PartSharing
-from pfedkit.models.base import SplitModel
+from pfedkit.models.base import SplitModel, eval_mode
 from pfedkit.records import ClientData, State
 
 
@@ -36,11 +36,8 @@ class FedAFKParams(HyperParams):
 @torch.no_grad()
 def teacher_features(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
     """The teacher's features in eval mode (our choice): a teacher's forward must not move BatchNorm statistics."""
-    was_training = model.training
-    model.eval()
-    features = model.body(x)
-    model.train(was_training)
-    return features
+    with eval_mode(model):
+        return model.body(x)
 
 
 def clip_unit(value: float, fallback: float) -> float:
@@ -139,35 +136,7 @@ class FedAFK(PartSharing):
 
 
 # The paper's ablations (Table 5) as named presets of the same flags, so a comparison can list them as rows.
-class NoAFAParams(FedAFKParams):
-    adaptive_aggregation: bool = Field(False, description="ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)")
-
-
-class NoKTParams(FedAFKParams):
-    kt_weight: float = Field(0.0, ge=0, le=1, description="ablation w/o KT: lambda = 0 (paper Table 5)")
-
-
-class NoBothParams(FedAFKParams):
-    kt_weight: float = Field(0.0, ge=0, le=1, description="ablation w/o both: lambda = 0 (paper Table 5)")
-    adaptive_aggregation: bool = Field(False, description="ablation w/o both: mu fixed at 1, no mixing (paper Table 5)")
-
-
-@register
-class FedAFKNoAFA(FedAFK):
-    name = "fedafk-no-afa"
-    summary = "FedAFK without adaptive feature aggregation (Table 5)"
-    Params = NoAFAParams
-
-
-@register
-class FedAFKNoKT(FedAFK):
-    name = "fedafk-no-kt"
-    summary = "FedAFK without knowledge transfer (Table 5)"
-    Params = NoKTParams
-
-
-@register
-class FedAFKNoBoth(FedAFK):
-    name = "fedafk-no-both"
-    summary = "FedAFK without both: a standalone personal model (Table 5)"
-    Params = NoBothParams
+variant(FedAFK, "fedafk-no-afa", "FedAFK without adaptive feature aggregation (Table 5)", adaptive_aggregation=False)
+variant(FedAFK, "fedafk-no-kt", "FedAFK without knowledge transfer (Table 5)", kt_weight=0.0)
+variant(FedAFK, "fedafk-no-both", "FedAFK without both: a standalone personal model (Table 5)", kt_weight=0.0,
+        adaptive_aggregation=False)

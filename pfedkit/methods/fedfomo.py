@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, Method, register
+from pfedkit.methods.base import HyperParams, Method, add_prefix, register, strip_prefix
 from pfedkit.records import ClientData, State
 from pfedkit.seeding import numpy_generator, torch_generator
 
@@ -77,7 +77,7 @@ class FedFomo(Method):
         payload: State = {"fomo_ids": torch.tensor(chosen, dtype=torch.long)}
         for slot, other in enumerate(chosen):
             prefix = MODEL.format(cid=other)
-            payload.update({SENT.format(slot=slot) + k[len(prefix):]: v for k, v in server.items() if k.startswith(prefix)})
+            payload.update(add_prefix(strip_prefix(server, prefix), SENT.format(slot=slot)))
         return payload
 
     def split(self, data: ClientData) -> tuple[ClientData, torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, Method, register, select
+from pfedkit.methods.base import HyperParams, Method, register, select, strip_prefix
 from pfedkit.methods.prototypes import local_prototypes
 from pfedkit.records import ClientData, State
 from pfedkit.seeding import torch_generator
@@ -53,7 +53,7 @@ class FedGH(Method):
         features = torch.stack([f for f, _ in pairs])
         labels = torch.tensor([k for _, k in pairs])
         head = self.working_model("server-head").head
-        head.load_state_dict({k[len("head."):]: v for k, v in server.items()})
+        head.load_state_dict(strip_prefix(server, "head."))
         opt = torch.optim.SGD(head.parameters(), lr=self.params.server_lr or self.ctx.train.lr)
         gen = torch_generator(self.ctx.seed, round, -1, "fedgh-server")
         bs = self.ctx.train.batch_size

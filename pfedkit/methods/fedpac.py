@@ -22,7 +22,7 @@ from pydantic import Field
 from scipy.optimize import minimize
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, Method, register, select, weighted_mean
+from pfedkit.methods.base import HyperParams, Method, add_prefix, register, select, strip_prefix, variant, weighted_mean
 from pfedkit.methods.prototypes import (
     aggregate_prototypes,
     class_means,
@@ -108,7 +108,7 @@ class FedPAC(Method):
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
         prefix = HEAD_KEY.format(cid=cid)
-        own_head = {"head." + k[len(prefix):]: v for k, v in server.items() if k.startswith(prefix)}
+        own_head = add_prefix(strip_prefix(server, prefix), "head.")
         return {**select(server, ("body",)), "protos": server["protos"], "proto_counts": server["proto_counts"],
                 **own_head}
 
@@ -150,7 +150,7 @@ class FedPAC(Method):
                 combined = heads[row]
             else:
                 combined = combine_heads(heads, weights[row])
-            new.update({HEAD_KEY.format(cid=cid) + k[len("head."):]: v for k, v in combined.items()})
+            new.update(add_prefix(strip_prefix(combined, "head."), HEAD_KEY.format(cid=cid)))
         return new
 
     def head_weights(self, replies: list[State]) -> list[Optional[torch.Tensor]]:
@@ -181,7 +181,7 @@ class FedPAC(Method):
     def prototype_loss(self, head_owner: State, proto_owner: State) -> torch.Tensor:
         present = proto_owner["proto_counts"] > 0
         head = self.working_model("server-head").head
-        head.load_state_dict({k[len("head."):]: v for k, v in select(head_owner, ("head",)).items()})
+        head.load_state_dict(strip_prefix(head_owner, "head."))
         logits = head(proto_owner["protos"][present])
         per_class = F.cross_entropy(logits, present.nonzero().squeeze(1), reduction="none")
         if self.params.proto_class_weights == "label":
@@ -193,12 +193,6 @@ class FedPAC(Method):
         return self.load(client, payload)  # global body and this client's combined head (its own until it has one)
 
 
-class ProtoSoftmaxParams(FedPACParams):
-    collaboration: Literal["qp", "proto-softmax"] = Field("proto-softmax", description="the report's prototype-loss softmax weights (Sec. 4.1)")
-
-
-@register
-class FedPACProto(FedPAC):
-    name = "fedpac-proto"
-    summary = "FedPAC with head weights from a softmax of prototype losses (the reproduction report's variant)"
-    Params = ProtoSoftmaxParams
+# The reproduction report's variant ("Modify"): the same method with the other head-combination rule.
+variant(FedPAC, "fedpac-proto", "FedPAC with head weights from a softmax of prototype losses (the reproduction report's "
+        "variant)", collaboration="proto-softmax")

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pfedkit.methods.base import register, select
+from pfedkit.methods.base import add_prefix, register, select, strip_prefix
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -41,11 +41,11 @@ class FedRoD(PartSharing):
     shared = ("body", "head")
 
     def init_client(self, cid: int, data: ClientData) -> State:
-        return {"personal_" + k: v for k, v in select(self.initial_state(), ("head",)).items()}
+        return add_prefix(select(self.initial_state(), ("head",)), "personal_")
 
     def personal_head(self, client: State) -> nn.Module:
         model = self.working_model("personal")
-        model.head.load_state_dict({k[len("personal_head."):]: v for k, v in client.items()})
+        model.head.load_state_dict(strip_prefix(client, "personal_head."))
         return model.head
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from pfedkit.methods.base import register
+from pfedkit.methods.base import register, variant
 from pfedkit.methods.distillation import pgd_attack, symmetric_kl
 from pfedkit.methods.perada import AdapterLoss, PerAda, PerAdaParams
 from pfedkit.methods.prototypes import class_means
@@ -145,35 +145,8 @@ class HeartPFL(PerAda):
 
 
 # The paper's component ablations (Table 3) as presets of the same flags, so a suite can list them as rows.
-class NoHDAParams(HeartParams):
-    alignment: Literal["paper", "code", "off"] = Field("off", description="ablation without HDA")
-
-
-class NoAKTParams(HeartParams):
-    kd_rounds: int = Field(0, ge=0, description="ablation without AKT: plain averaging on the server")
-
-
-class NoBothParams(HeartParams):
-    alignment: Literal["paper", "code", "off"] = Field("off", description="ablation without HDA")
-    kd_rounds: int = Field(0, ge=0, description="ablation without AKT: plain averaging on the server")
-
-
-@register
-class HeartNoHDA(HeartPFL):
-    name = "heart-pfl-no-hda"
-    summary = "HEART-PFL without hierarchical directional alignment (ablation)"
-    Params = NoHDAParams
-
-
-@register
-class HeartNoAKT(HeartPFL):
-    name = "heart-pfl-no-akt"
-    summary = "HEART-PFL without adversarial knowledge transfer: plain averaging on the server (ablation)"
-    Params = NoAKTParams
-
-
-@register
-class HeartNoBoth(HeartPFL):
-    name = "heart-pfl-no-both"
-    summary = "HEART-PFL without HDA and AKT: personalized adapters proximal to averaged adapters (ablation)"
-    Params = NoBothParams
+variant(HeartPFL, "heart-pfl-no-hda", "HEART-PFL without hierarchical directional alignment (ablation)", alignment="off")
+variant(HeartPFL, "heart-pfl-no-akt", "HEART-PFL without adversarial knowledge transfer: plain averaging on the server (ablation)",
+        kd_rounds=0)
+variant(HeartPFL, "heart-pfl-no-both", "HEART-PFL without HDA and AKT: personalized adapters proximal to averaged adapters "
+        "(ablation)", alignment="off", kd_rounds=0)

@@ -24,7 +24,7 @@ from pfedkit.methods.base import HyperParams, Method, frozen, register, weighted
 from pfedkit.methods.distillation import accuracy, ensemble_log_probs, kl_to_teacher
 from pfedkit.models.adapters import Adapter, StagedResNet, adapter_state_names, is_trainable
 from pfedkit.records import ClientData, State
-from pfedkit.seeding import derive_seed, torch_generator
+from pfedkit.seeding import seeded_torch, torch_generator
 
 AdapterLoss = Callable[[StagedResNet, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -42,8 +42,7 @@ class PerAdaParams(HyperParams):
 @contextmanager
 def seeded_dropout(seed: int, round: int, cid: int) -> Iterator[None]:
     """The adapters' dropout draws from torch's global generator: seed it from (seed, round, client), restore after."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, round, cid, "dropout"))
+    with seeded_torch(seed, round, cid, "dropout"):
         yield
 
 

@@ -15,9 +15,9 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, Method, register
+from pfedkit.methods.base import HyperParams, Method, register, strip_prefix
 from pfedkit.records import ClientData, State
-from pfedkit.seeding import derive_seed, torch_generator
+from pfedkit.seeding import seeded_torch, torch_generator
 
 HN, HN_MOMENTUM = "hn.", "hn_momentum."
 EMBEDDING, EMBEDDING_MOMENTUM = "embedding.{cid}", "embedding_momentum.{cid}"
@@ -69,8 +69,7 @@ class PFedHN(Method):
         return self._hypernetwork
 
     def init_server(self) -> State:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.ctx.seed, -1, -1, "pfedhn-init"))
+        with seeded_torch(self.ctx.seed, -1, -1, "pfedhn-init"):
             fresh = HyperNetwork(self.params.embed_dim, self.params.hidden, self.params.hidden_layers,
                                  {n: p.shape for n, p in self.model.named_parameters()})
         return {HN + k: v.detach().clone() for k, v in fresh.state_dict().items()}
@@ -84,7 +83,7 @@ class PFedHN(Method):
 
     def load_hypernetwork(self, server: State) -> HyperNetwork:
         net = self.hypernetwork
-        net.load_state_dict({k[len(HN):]: v for k, v in server.items() if k.startswith(HN)})
+        net.load_state_dict(strip_prefix(server, HN))
         return net
 
     def broadcast(self, server: State, round: int, cid: int) -> State:

@@ -20,7 +20,7 @@ from pydantic import Field
 from scipy.optimize import minimize_scalar
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, Method, register, select, weighted_mean
+from pfedkit.methods.base import HyperParams, Method, add_prefix, register, select, strip_prefix, variant, weighted_mean
 from pfedkit.methods.prototypes import aggregate_prototypes, eval_features, local_prototypes, prototype_mse
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -90,7 +90,7 @@ def synthetic_embeddings(label_shares: torch.Tensor, local_count: int, ratio: fl
 
 
 def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -> nn.Module:
-    model.head.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+    model.head.load_state_dict(strip_prefix(state, prefix))
     return model.head
 
 
@@ -197,7 +197,7 @@ class PGFedSplit(Method):
         new["counter"] = int(server["counter"]) + 1
         if new["counter"] >= int(new["period"]):  # aggregate this round's heads, broadcast next round
             heads = weighted_mean(replies, select(replies[cids[0]], ("head",)).keys())
-            new.update({AGG + k[len("head."):]: v for k, v in heads.items()})
+            new.update(add_prefix(strip_prefix(heads, "head."), AGG))
             new["counter"] = 0
         return new
 
@@ -222,34 +222,9 @@ class PGFedSplit(Method):
         return model
 
 
-class NoAPAParams(PGFedSplitParams):
-    adaptive_period: bool = Field(False, description="ablation w/o APA: tau fixed at period_init (paper Fig. 5)")
-
-
-class NoGAUParams(PGFedSplitParams):
-    gaussian_augmentation: bool = Field(False, description="ablation w/o GAU: the head trains on local embeddings only (paper Fig. 5)")
-
-
-class NoBothParams(NoAPAParams):
-    gaussian_augmentation: bool = Field(False, description="ablation w/o both: fixed period, local embeddings only (paper Fig. 5)")
-
-
-@register
-class PGFedSplitNoAPA(PGFedSplit):
-    name = "pgfedsplit-no-apa"
-    summary = "PGFedSplit with a fixed head period (Fig. 5 ablation)"
-    Params = NoAPAParams
-
-
-@register
-class PGFedSplitNoGAU(PGFedSplit):
-    name = "pgfedsplit-no-gau"
-    summary = "PGFedSplit without Gaussian augmentation of the head's training set (Fig. 5 ablation)"
-    Params = NoGAUParams
-
-
-@register
-class PGFedSplitNoBoth(PGFedSplit):
-    name = "pgfedsplit-no-both"
-    summary = "PGFedSplit without APA and without Gaussian augmentation (Fig. 5 ablation)"
-    Params = NoBothParams
+# The paper's Fig. 5 ablations as presets of the same flags, so a suite can list them as rows.
+variant(PGFedSplit, "pgfedsplit-no-apa", "PGFedSplit with a fixed head period (Fig. 5 ablation)", adaptive_period=False)
+variant(PGFedSplit, "pgfedsplit-no-gau", "PGFedSplit without Gaussian augmentation of the head's training set (Fig. 5 ablation)",
+        gaussian_augmentation=False)
+variant(PGFedSplit, "pgfedsplit-no-both", "PGFedSplit without APA and without Gaussian augmentation (Fig. 5 ablation)",
+        adaptive_period=False, gaussian_augmentation=False)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pfedkit.methods.base import compute_features
-from pfedkit.models.base import SplitModel
+from pfedkit.models.base import SplitModel, eval_mode
 from pfedkit.records import State
 
 
@@ -26,11 +26,8 @@ def class_means(features: torch.Tensor, labels: torch.Tensor, num_classes: int) 
 @torch.no_grad()
 def eval_features(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
     """Body features in eval mode (no dropout, BatchNorm running statistics), the mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    features = compute_features(model, x)
-    model.train(was_training)
-    return features
+    with eval_mode(model):
+        return compute_features(model, x)
 
 
 def local_prototypes(model: SplitModel, x: torch.Tensor, y: torch.Tensor, num_classes: int) -> State:

@@ -5,19 +5,19 @@ from typing import ClassVar, Mapping
 
 from torch import nn
 
-from pfedkit.methods.base import ALL_PARTS, Method, select, weighted_mean
-from pfedkit.models.base import SplitModel
+from pfedkit.methods.base import Method, select, weighted_mean
+from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, State
 
 
 class PartSharing(Method):
     """The server holds the `shared` parts (sample-weighted average); each client keeps the others."""
 
-    shared: ClassVar[tuple[str, ...]] = ALL_PARTS
+    shared: ClassVar[tuple[str, ...]] = PARTS
 
     @property
     def personal(self) -> tuple[str, ...]:
-        return tuple(p for p in ALL_PARTS if p not in self.shared)
+        return tuple(p for p in PARTS if p not in self.shared)
 
     def init_server(self) -> State:
         return select(self.initial_state(), self.shared)

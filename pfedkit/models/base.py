@@ -1,10 +1,24 @@
 """Every model is a body (feature extractor) and a head (classifier); methods address parameters by part."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from torch import nn
 
 PARTS = ("body", "head")
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode inside the block (no dropout, BatchNorm's running statistics); its mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 class SplitModel(nn.Module):

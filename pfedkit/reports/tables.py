@@ -14,11 +14,17 @@ from typing import Mapping, Optional, Sequence
 from pfedkit.io import read_csv
 
 
-def cell(values: list[float]) -> str:
-    if not values:
-        return "not run"
+def mean_std(values: list[float], count: bool = False) -> str:
+    """Mean ± sample std (the mean alone for one value), 2 decimals; with `count`, "(n=k)" after a spread."""
     mean = statistics.fmean(values)
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f} (n={len(values)})" if len(values) > 1 else f"{mean:.2f}"
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" + (f" (n={len(values)})" if count else "")
+
+
+def cell(values: list[float]) -> str:
+    """A suite table's cell: "not run", or the mean ± std with the number of seeds."""
+    return mean_std(values, count=True) if values else "not run"
 
 
 def finished_runs(column_dir: Path, method: str) -> list[Path]:
