@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from pfedkit.data.federated import keep_fraction
 from pfedkit.data.sources import load_dataset
 from pfedkit.engine.evaluation import evaluate_model
-from pfedkit.experiments.suites import HEART_BACKBONE, HEART_TABLE1
+from pfedkit.experiments.suites import SUITES
+
+HEART = SUITES["heart-table1"]
 from pfedkit.methods.base import frozen
 from pfedkit.models import build_model
 from pfedkit.models.adapters import is_trainable
@@ -28,10 +30,10 @@ HERE = Path(__file__).resolve().parent
 
 def train_central(source, adapters: bool, backbone: Path, epochs: int, seed: int = 0) -> list[float]:
     """Test accuracy after each epoch of SGD with the suite's batch size and learning rate."""
-    train = HEART_TABLE1.base["train"]
+    train = HEART.base["train"]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, -1, -1, "probe-init"))
-        net = build_model("small-resnet-adapter", source.input_shape, source.num_classes, **HEART_BACKBONE,
+        net = build_model("small-resnet-adapter", source.input_shape, source.num_classes, **HEART.pretrain["options"],
                           adapters=adapters, pretrained=str(backbone))
         trains = is_trainable if adapters else (lambda name: True)
         opt = torch.optim.SGD([p for n, p in net.named_parameters() if trains(n)], lr=train["lr"])
@@ -61,11 +63,11 @@ def main() -> None:
     parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    data = HEART_TABLE1.base["data"]
+    data = HEART.base["data"]
     source = keep_fraction(load_dataset(data["dataset"], args.data_root), data["fraction"], 0)
     lines = [f"{data['dataset']}, a seeded {data['fraction']:.0%} of every class ({len(source.train_y)} training, "
              f"{len(source.test_y)} test images), backbone {args.backbone.name}, batch "
-             f"{HEART_TABLE1.base['train']['batch_size']}, lr {HEART_TABLE1.base['train']['lr']}, centralized"]
+             f"{HEART.base['train']['batch_size']}, lr {HEART.base['train']['lr']}, centralized"]
     for adapters in (True, False):
         accs = train_central(source, adapters, args.backbone, args.epochs)
         lines.append(f"{'adapters, BatchNorms and head (PerAda, HEART-PFL)' if adapters else 'every weight (FT baselines)'}: "

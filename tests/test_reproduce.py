@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from pfedkit.cli import main
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
+from pfedkit.experiments import reproduce
 from pfedkit.experiments.compare import method_config
 from pfedkit.experiments.reproduce import Column, Scale, Suite, cell_config, run_suite
 from pfedkit.experiments.suites import SUITES
-from pfedkit.experiments import reproduce
 
 TINY = Suite(
     name="tiny",
@@ -106,7 +106,12 @@ def test_every_suite_validates_at_both_scales_and_lists_itself():
 
 
 def test_heart_claims_are_checked_seed_by_seed(tmp_path):
-    from pfedkit.experiments.suites import HEART_ADAPTER_ROWS, HEART_BASELINE_ROWS, heart_claims
+    from pfedkit.experiments.claims import check_claims
+
+    suite = SUITES["heart-table1"]
+
+    def heart_claims(out):
+        return check_claims(suite.claims, out, suite.last_k)
 
     def finished(column, row, seed, acc):
         run = tmp_path / column / row / f"seed{seed}"
@@ -116,7 +121,7 @@ def test_heart_claims_are_checked_seed_by_seed(tmp_path):
 
     accs = {"heart-pfl": (0.92, 0.90), "perada": (0.91, 0.89), "heart-pfl-no-hda": (0.93, 0.89),
             "heart-pfl-no-akt": (0.91, 0.85), "heart-pfl-no-both": (0.95, 0.95)}
-    for row in HEART_ADAPTER_ROWS + HEART_BASELINE_ROWS:
+    for row in suite.rows:
         for seed, acc in enumerate(accs.get(row, (0.80, 0.80))):
             finished("in-domain", row, seed, acc)
     lines = heart_claims(tmp_path)
@@ -127,3 +132,19 @@ def test_heart_claims_are_checked_seed_by_seed(tmp_path):
     assert lines[5].endswith("not run")
     finished("ood-mnist", "heart-pfl", 0, 0.905)
     assert "holds (MNIST proxy 90.50 over 1 seeds, in-domain 91.00, -0.50)" in heart_claims(tmp_path)[5]
+
+
+def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(tmp_path):
+    from pfedkit.errors import ConfigError
+    from pfedkit.experiments.suites import PAPERS, suite_from_toml
+
+    text = (PAPERS / "fedpac_table1.toml").read_text()
+    assert suite_from_toml(PAPERS / "fedpac_table1.toml") == SUITES["fedpac-table1"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('label = "F-MNIST 20 clients"', 'label = "F-MNIST 20 clients"\nlabe = "typo"'))
+    with pytest.raises(ConfigError, match=r"bad.toml \[columns.fmnist20\]: unknown key\(s\) labe; valid: changes, label"):
+        suite_from_toml(bad)
+    bad.write_text(text.replace("fedpac = 91.83", "fedpac = 91.83\nfedpacc = 90.0"))
+    with pytest.raises(ConfigError, match=r"rows fedpacc are not in the suite's rows"):
+        suite_from_toml(bad)
+    assert SUITES["heart-table1"].columns["in-domain"].source.startswith("Table 1")  # where the numbers come from

@@ -102,45 +102,53 @@ def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
 
 
+def data_identity(config: Config) -> str:
+    """What a run's FederatedDataset depends on: runs that agree on it share one (the partition is seeded)."""
+    return json.dumps([config.data.model_dump(mode="json", exclude={"checksum"}), config.partition.model_dump(mode="json"),
+                       config.eval.protocol, config.proxy.model_dump(mode="json"), config.run.seed,
+                       config.train.batch_size], sort_keys=True)  # the batch size sets PFLlib's minimum client size
+
+
+def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True,
+                log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict[Path, dict[str, Any]]:
+    """The one place runs are carried out, for `compare` and `reproduce`: each folder's (already validated) config run
+    in order, a finished run's summary reused and an unfinished one resumed (with `resume`), a diverged one reported
+    as {"diverged": ...} and not run again; consecutive runs on the same data share it."""
+    summaries: dict[Path, dict[str, Any]] = {}
+    fed, fed_key = None, None
+    for run_dir, cfg in runs.items():
+        if resume and (run_dir / "summary.json").exists():
+            summaries[run_dir] = json.loads((run_dir / "summary.json").read_text())
+            continue
+        if resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
+            summaries[run_dir] = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
+            log(f"{run_dir} diverged in round {summaries[run_dir]['diverged']['round']} (delete the folder to run it again)")
+            continue
+        if data_identity(cfg) != fed_key:
+            fed, fed_key = build_federated(cfg), data_identity(cfg)
+        try:
+            summaries[run_dir] = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
+                                                progress=progress, fed=fed)
+        except Diverged as err:  # one cell's divergence is its result; the other cells still run
+            log(f"{run_dir}: {err}")
+            summaries[run_dir] = {"diverged": err.record()}
+    return summaries
+
+
 def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], out: Path, *,
                     resume: bool = False, progress: bool = True, title: str = "",
-                    folders: Optional[dict[str, str]] = None, write_outputs: bool = True,
-                    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> tuple[str, Optional[Path]]:
-    """Run every method x seed into out/<method or folders[method]>/seed<N>; with write_outputs, also the table,
-    results.csv and a plot of these methods in out (a suite writes its own from every finished run instead)."""
+                    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> tuple[str, Path]:
+    """Run every method x seed into out/<method>/seed<N>, then write the table, results.csv and a plot into out."""
     if not methods:
         raise ConfigError("no methods given; e.g. --methods fedavg,fedper,fedrep")
-    # Every config is validated before any training starts.
-    configs = {(m, s): method_config(base, m, s) for m in methods for s in seeds}
-    folder = {m: (folders or {}).get(m, m) for m in methods}
-    check_run_folders({run_folder(out, folder[m], s): cfg for (m, s), cfg in configs.items()}, resume)
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    curves: dict[str, list[list[dict[str, Any]]]] = {m: [] for m in methods}
-    feds: dict[int, Any] = {}
-    for (method, seed), cfg in configs.items():
-        run_dir = run_folder(out, folder[method], seed)
-        summary_path = run_dir / "summary.json"
-        if resume and summary_path.exists():
-            summary = json.loads(summary_path.read_text())
-        elif resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
-            summary = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
-            log(f"{run_dir} diverged in round {summary['diverged']['round']} (delete the folder to run it again)")
-        else:
-            if seed not in feds:  # the partition depends on the seed only, so methods share it
-                feds[seed] = build_federated(cfg)
-            try:
-                summary = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
-                                         progress=progress, fed=feds[seed])
-            except Diverged as err:  # one cell's divergence is its result; the other cells still run
-                log(f"{run_dir}: {err}")
-                summary = {"diverged": err.record()}
-        results[method].append(summary)
-        if write_outputs and "diverged" not in summary:
-            curves[method].append(read_csv(run_dir / "metrics.csv"))
-    protocol = next(iter(configs.values())).eval.protocol
-    table = format_table(results, protocol)
-    if not write_outputs:
-        return table, None
+    # Every config is validated, and every run folder checked, before any training starts.
+    runs = {run_folder(out, m, s): method_config(base, m, s) for m in methods for s in seeds}
+    check_run_folders(runs, resume)
+    summaries = run_configs(runs, resume=resume, progress=progress, log=log)
+    results = {m: [summaries[run_folder(out, m, s)] for s in seeds] for m in methods}
+    curves = {m: [read_csv(run_folder(out, m, s) / "metrics.csv") for s in seeds
+                  if "diverged" not in summaries[run_folder(out, m, s)]] for m in methods}
+    table = format_table(results, next(iter(runs.values())).eval.protocol)
     atomic_write_text(out / "table.md", table + "\n")
     atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m] if "diverged" not in s],
                      ["method", "seed", "best_acc", "best_round", "last_acc", "best_acc_client_mean",

@@ -4,7 +4,7 @@ A suite is a base config, columns (config changes, the paper's numbers), rows (m
 scales ("full": the paper's setting; "small": what finishes here in about two hours). Running a suite runs every
 cell it can (a column whose data set is missing is reported with the command that fetches it), skips finished
 runs, resumes unfinished ones, and writes `table.md`, `table.csv` and `curves_<column>.png` into the output folder.
-The suites themselves are in `pfedkit/reports/suites.py`.
+The suites themselves are data: one TOML file per paper table in `pfedkit/experiments/papers/` (read by suites.py).
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides, merge
 from pfedkit.errors import ConfigError, DataError
+from pfedkit.experiments.claims import check_claims
+from pfedkit.experiments.compare import check_run_folders, mean_curve, method_config, run_configs, run_folder
 from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
 from pfedkit.reports.tables import cost_table, finished_runs, mean_of_last, paper_table
 
@@ -25,6 +27,8 @@ class Column:
     changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # config sections merged into the base
     paper: Mapping[str, float] = field(default_factory=dict)  # row -> the paper's accuracy (%)
     rows: Optional[tuple[str, ...]] = None  # rows run in this column; None = every row
+    row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)  # rows' changes here only
+    source: str = ""  # where in the paper its numbers are
 
 
 @dataclass(frozen=True)
@@ -44,9 +48,8 @@ class Suite:
     rows: tuple[str, ...]
     scales: Mapping[str, Scale]
     row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
-    cell_rule: Optional[Callable[[dict, str, str, Path], None]] = None  # last edits of a (column, row) config, in place
-    prepare: Optional[Callable[[dict], None]] = None  # before training, given a cell's config: e.g. pretrain a backbone
-    claims: Optional[Callable[[Path], list[str]]] = None  # the paper's claims, checked on the finished runs
+    pretrain: Optional[Mapping[str, Any]] = None  # a backbone to pretrain before the first cell (pretrain_backbone's arguments)
+    claims: tuple[Mapping[str, Any], ...] = ()  # the paper's claims, checked on the finished runs (experiments.claims)
     threads: Optional[int] = None  # torch threads of the suite's own process (server-side training)
     last_k: Optional[int] = None  # also show the mean of the last k evaluated rounds
     cost_column: Optional[str] = None
@@ -68,13 +71,37 @@ def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequ
     raw = merge(raw, {"method": {"name": row}})
     raw = merge(raw, suite.row_changes.get(row, {}))
     raw = merge(raw, suite.scales[scale].row_changes.get(row, {}))
-    if suite.cell_rule:
-        suite.cell_rule(raw, column, row, Path(out))
+    raw = with_out(merge(raw, suite.columns[column].row_changes.get(row, {})), Path(out))
     if data_root is not None:
         raw["data"]["root"] = data_root
     if workers is not None:
         raw.setdefault("run", {})["workers"] = workers
     return apply_overrides(raw, list(overrides))
+
+
+OUT = "{out}/"  # a string value starting so names a file in the suite's output folder
+
+
+def with_out(value: Any, out: Path) -> Any:
+    """`value` with every "{out}/NAME" string made the path of NAME in the suite's output folder."""
+    if isinstance(value, dict):
+        return {k: with_out(v, out) for k, v in value.items()}
+    if isinstance(value, str) and value.startswith(OUT):
+        return str(out / value[len(OUT):])
+    return value
+
+
+def pretrain_once(spec: Mapping[str, Any], out: Path, root: Optional[str], log: Callable[[str], None]) -> None:
+    """The suite's [pretrain] backbone, unless its file is already in the output folder."""
+    from pfedkit.experiments.pretrain import pretrain_backbone
+
+    path = Path(with_out(spec["path"], out))
+    if path.exists():
+        return
+    log(f"pretraining a {spec['model']} backbone on {spec['dataset']} -> {path}")
+    result = pretrain_backbone(spec["dataset"], spec["model"], path, options=dict(spec.get("options", {})),
+                               epochs=spec.get("epochs", 2), root=root)
+    log(f"{spec['dataset']} test accuracy {result['test_acc']:.4f} in {result['seconds']:.0f} s")
 
 
 def datasets_of(raw: Mapping[str, Any]) -> list[str]:
@@ -116,8 +143,6 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
               workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
               log: Callable[[str], None] = print) -> str:
     """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown."""
-    from pfedkit.experiments.compare import check_run_folders, compare_configs, method_config, run_folder
-
     if scale not in suite.scales:
         raise ConfigError(f"suite {suite.name} has no scale {scale!r}; scales: {', '.join(suite.scales)}")
     rows = list(rows or suite.rows)
@@ -131,31 +156,25 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
                   for c, r in suite.cells(list(suite.columns), list(suite.rows))}
     missing = missing_by_column(every_cell)  # for the table too, whichever columns this call runs
     if not table_only:
-        configs = {cell: every_cell[cell] for cell in suite.cells(columns, rows)}
-        runs = {}
-        for (c, r), raw in configs.items():  # every config and run folder is checked before anything trains
-            for seed in seeds:
-                runs[run_folder(out / c, r, seed)] = method_config(raw, suite.method_of(r), seed)
-        check_run_folders(runs, resume=True)
+        cells = suite.cells(columns, rows)
+        runs = {(c, run_folder(out / c, r, seed)): method_config(every_cell[c, r], suite.method_of(r), seed)
+                for c, r in cells for seed in seeds}  # every config validated once, here
+        check_run_folders({run_dir: config for (_, run_dir), config in runs.items()}, resume=True)  # before any training
         for c in columns:
             if c in missing:
                 log(f"column {c} skipped: {missing[c]}")
-        todo = {cell: raw for cell, raw in configs.items() if cell[0] not in missing}
+        todo = {run_dir: config for (c, run_dir), config in runs.items() if c not in missing}
         if suite.threads:
             import torch
 
             torch.set_num_threads(suite.threads)
-        if todo and suite.prepare:
-            suite.prepare(next(iter(todo.values())))
-        for (c, r), raw in todo.items():
-            method = suite.method_of(r)
-            compare_configs(raw, [method], list(seeds), out / c, resume=True, progress=progress,
-                            folders={method: r}, write_outputs=False)
+        if todo and suite.pretrain:
+            pretrain_once(suite.pretrain, out, next(iter(todo.values())).data.root, log)
+        run_configs(todo, resume=True, progress=progress, log=log)
     return write_suite_outputs(suite, out, missing, scale)
 
 
 def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], scale: str) -> str:
-    from pfedkit.experiments.compare import mean_curve
     from pfedkit.reports.plots import save_curves
 
     labels = {c: col.label for c, col in suite.columns.items()}
@@ -170,7 +189,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
     if suite.notes:
         lines += ["", suite.notes]
     if suite.claims:
-        lines += ["", "The paper's claims on these runs:", "", *suite.claims(out)]
+        lines += ["", "The paper's claims on these runs:", "", *check_claims(suite.claims, out, suite.last_k or 1)]
     for c, problem in missing.items():
         lines += ["", f"Column {c} not run: {problem}"]
     if suite.cost_column and (out / suite.cost_column).is_dir():

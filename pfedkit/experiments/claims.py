@@ -1,0 +1,59 @@
+"""A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the last k evaluations).
+
+- "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them;
+  with two or more shared seeds, seed by seed (a seed fixes the partition and the sampled clients for every row), and a
+  claim that holds on some seeds and not on others is reported as mixed.
+- "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pfedkit.reports.tables import finished_runs, mean_of_last
+
+
+def finals(out: Path, column: str, row: str, k: int) -> dict[str, float]:
+    """Seed folder name -> the mean accuracy (%) of the run's last k evaluations."""
+    return {d.name: 100 * mean_of_last(d, k) for d in finished_runs(out / column, row)}
+
+
+def verdict(first: Mapping[str, float], other: Mapping[str, float]) -> str:
+    wins = [first[s] > other[s] for s in first if s in other]
+    if len(wins) < 2:  # one shared seed at most: compare the means
+        return "holds" if statistics.fmean(first.values()) > statistics.fmean(other.values()) else "does not hold"
+    if all(wins) or not any(wins):
+        return f"{'holds' if wins[0] else 'does not hold'} on each of {len(wins)} seeds"
+    return f"mixed: holds on {sum(wins)} of {len(wins)} seeds"
+
+
+def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
+    first, *others = claim["rows"]
+    runs = {row: finals(out, claim["column"], row, k) for row in claim["rows"]}
+    if not all(runs.values()):
+        return f"- {claim['text']}: not run"
+    acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
+    strongest = max(others, key=lambda r: acc[r])
+    numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in claim["rows"])
+    return f"- {claim['text']}: {verdict(runs[first], runs[strongest])} ({numbers})"
+
+
+def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
+    runs = finals(out, claim["column"], claim["row"], k)
+    reference = finals(out, claim["reference"], claim["row"], k)
+    if not runs or not reference:
+        return f"- {claim['text']}: not run"
+    value, base = statistics.fmean(runs.values()), statistics.fmean(reference.values())
+    gap = value - base
+    return (f"- {claim['text']}: {'holds' if abs(gap) <= claim['points'] else 'does not hold'} "
+            f"({claim.get('label', claim['column'])} {value:.2f} over {len(runs)} seeds, {claim['reference']} "
+            f"{base:.2f}, {gap:+.2f})")
+
+
+KINDS = {"above": above, "within": within}
+
+
+def check_claims(claims: Sequence[Mapping[str, Any]], out: Path, k: int) -> list[str]:
+    """One line per claim: holds, does not hold, mixed, or not run, with the numbers."""
+    return [KINDS[claim.get("kind", "above")](claim, out, k) for claim in claims]
