@@ -11,7 +11,7 @@ from pfedkit.cli import main
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
 from pfedkit.experiments import reproduce
-from pfedkit.experiments.compare import method_config
+from pfedkit.experiments.pipeline import method_config
 from pfedkit.experiments.reproduce import Column, Scale, Suite, cell_config, run_suite
 from pfedkit.experiments.suites import SUITES
 

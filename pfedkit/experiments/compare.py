@@ -1,20 +1,15 @@
 """`compare` and `demo`: many methods x seeds on one config, a markdown table of mean ± std, one plot."""
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pfedkit.config import Config, apply_overrides, config_differences, merge, tomllib
-from pfedkit.data.federated import build_federated
-from pfedkit.engine.divergence import DIVERGED, Diverged
-from pfedkit.engine.store import CHECKPOINT
+from pfedkit.config import EvalSection, apply_overrides, tomllib
 from pfedkit.errors import ConfigError
-from pfedkit.experiments.runs import run_experiment
+from pfedkit.experiments.pipeline import mean_curve, run_folder
+from pfedkit.experiments.reproduce import Column, Scale, Suite, run_cells
 from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
-from pfedkit.registry import build_config, read_saved_config
 from pfedkit.reports.plots import save_curves
 from pfedkit.reports.tables import mean_std
 
@@ -30,46 +25,6 @@ DEMO = {
 DEMO_METHODS = ("local", "fedavg", "fedper", "fedrep")
 TABLE_KEYS = (("best_acc", "best acc"), ("last_acc", "last acc"),
               ("best_acc_client_mean", "best client-mean"), ("last_acc_client_mean", "last client-mean"))
-
-
-def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
-    """The base config with `method.name` set; the base's hyper-parameters apply only to the method it names."""
-    given = base.get("method", {})
-    section = {**given, "name": method} if given.get("name") == method else {"name": method}
-    return build_config(merge({k: v for k, v in base.items() if k != "method"}, {"method": section, "run": {"seed": seed}}))
-
-
-def config_changes(saved: Path, config: Config) -> list[str]:
-    """What differs between the config a run folder was made with and `config` ("key: old -> new")."""
-    try:
-        old = read_saved_config(saved)
-    except ConfigError as err:
-        return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    return config_differences(old, config)
-
-
-def run_folder(out: Path, folder: str, seed: int) -> Path:
-    return out / folder / f"seed{seed}"
-
-
-def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
-    """Before anything trains: with resume, every run folder already there must hold this very config (a finished
-    run is reused, an unfinished one continued); without resume, none may hold a run."""
-    problems = []
-    for run_dir, config in runs.items():
-        saved = run_dir / "config.toml"
-        if not saved.exists():
-            continue
-        if not resume:
-            problems.append(f"{run_dir} already holds a run")
-        elif changes := config_changes(saved, config):
-            problems.append(f"{run_dir} was run with another config ({'; '.join(changes[:4])}"
-                            f"{'; ...' if len(changes) > 4 else ''})")
-    if problems:
-        fix = ("delete these folders to run them afresh, or pass another --out" if resume
-               else "pass --resume to continue them, or choose another --out")
-        shown = "\n  ".join(problems[:10]) + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
-        raise ConfigError(f"{len(problems)} run folder(s) do not match this run:\n  {shown}\n{fix}")
 
 
 def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str:
@@ -92,63 +47,24 @@ def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str
     return "\n".join(lines)
 
 
-def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per-round mean accuracy over seeds."""
-    by_round: dict[int, list[float]] = {}
-    for rows in runs:
-        for r in rows:
-            if r.get("acc") not in (None, ""):
-                by_round.setdefault(int(r["round"]), []).append(float(r["acc"]))
-    return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
-
-
-def data_identity(config: Config) -> str:
-    """What a run's FederatedDataset depends on: runs that agree on it share one (the partition is seeded)."""
-    return json.dumps([config.data.model_dump(mode="json", exclude={"checksum"}), config.partition.model_dump(mode="json"),
-                       config.eval.protocol, config.proxy.model_dump(mode="json"), config.run.seed,
-                       config.train.batch_size], sort_keys=True)  # the batch size sets PFLlib's minimum client size
-
-
-def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True,
-                log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict[Path, dict[str, Any]]:
-    """The one place runs are carried out, for `compare` and `reproduce`: each folder's (already validated) config run
-    in order, a finished run's summary reused and an unfinished one resumed (with `resume`), a diverged one reported
-    as {"diverged": ...} and not run again; consecutive runs on the same data share it."""
-    summaries: dict[Path, dict[str, Any]] = {}
-    fed, fed_key = None, None
-    for run_dir, cfg in runs.items():
-        if resume and (run_dir / "summary.json").exists():
-            summaries[run_dir] = json.loads((run_dir / "summary.json").read_text())
-            continue
-        if resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
-            summaries[run_dir] = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
-            log(f"{run_dir} diverged in round {summaries[run_dir]['diverged']['round']} (delete the folder to run it again)")
-            continue
-        if data_identity(cfg) != fed_key:
-            fed, fed_key = build_federated(cfg), data_identity(cfg)
-        try:
-            summaries[run_dir] = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
-                                                progress=progress, fed=fed)
-        except Diverged as err:  # one cell's divergence is its result; the other cells still run
-            log(f"{run_dir}: {err}")
-            summaries[run_dir] = {"diverged": err.record()}
-    return summaries
-
-
 def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], out: Path, *,
                     resume: bool = False, progress: bool = True, title: str = "",
                     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> tuple[str, Path]:
-    """Run every method x seed into out/<method>/seed<N>, then write the table, results.csv and a plot into out."""
+    """Every method x seed on `base` as a one-column suite run into out/<method>/seed<N>, then the table,
+    results.csv and a plot in out. The base's hyper-parameters apply only to the method it names."""
     if not methods:
         raise ConfigError("no methods given; e.g. --methods fedavg,fedper,fedrep")
-    # Every config is validated, and every run folder checked, before any training starts.
-    runs = {run_folder(out, m, s): method_config(base, m, s) for m in methods for s in seeds}
-    check_run_folders(runs, resume)
-    summaries = run_configs(runs, resume=resume, progress=progress, log=log)
+    given = base.get("method", {})
+    suite = Suite(name="compare", paper=title, base={k: v for k, v in base.items() if k != "method"},
+                  columns={".": Column(title or "compare")}, rows=tuple(methods),
+                  scales={"given": Scale({}, 0, "the config as given")},
+                  row_changes={given["name"]: {"method": given}} if given.get("name") in methods else {})
+    _, summaries = run_cells(suite, scale="given", seeds=seeds, out=out, resume=resume, skip_missing=False,
+                             progress=progress, log=log)
     results = {m: [summaries[run_folder(out, m, s)] for s in seeds] for m in methods}
     curves = {m: [read_csv(run_folder(out, m, s) / "metrics.csv") for s in seeds
                   if "diverged" not in summaries[run_folder(out, m, s)]] for m in methods}
-    table = format_table(results, next(iter(runs.values())).eval.protocol)
+    table = format_table(results, base.get("eval", {}).get("protocol", EvalSection().protocol))
     atomic_write_text(out / "table.md", table + "\n")
     atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m] if "diverged" not in s],
                      ["method", "seed", "best_acc", "best_round", "last_acc", "best_acc_client_mean",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from pfedkit.config import apply_overrides, merge
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.claims import check_claims
-from pfedkit.experiments.compare import check_run_folders, mean_curve, method_config, run_configs, run_folder
+from pfedkit.experiments.pipeline import check_run_folders, mean_curve, method_config, run_configs, run_folder
 from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
 from pfedkit.reports.tables import cost_table, finished_runs, mean_of_last, paper_table
 
@@ -143,6 +143,20 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
               workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
               log: Callable[[str], None] = print) -> str:
     """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown."""
+    missing, _ = run_cells(suite, scale=scale, seeds=seeds, out=out, overrides=overrides, rows=rows, columns=columns,
+                        data_root=data_root, workers=workers, train=not table_only, progress=progress, log=log)
+    return write_suite_outputs(suite, Path(out), missing, scale)
+
+
+def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (),
+              rows: Optional[Sequence[str]] = None, columns: Optional[Sequence[str]] = None,
+              data_root: Optional[str] = None, workers: Optional[int] = None, train: bool = True, resume: bool = True,
+              skip_missing: bool = True, progress: bool = True,
+              log: Callable[[str], None] = print) -> tuple[dict[str, str], dict[Path, dict[str, Any]]]:
+    """Every (column, row, seed) of the suite run into out/<column>/<row>/seed<N> (a column "." is `out` itself):
+    every config validated once and every run folder checked before anything trains, then `run_configs`. A column
+    whose data are missing is skipped with a message, or with `skip_missing=False` is an error. Returns the missing
+    columns (and what they lack) and each run folder's summary."""
     if scale not in suite.scales:
         raise ConfigError(f"suite {suite.name} has no scale {scale!r}; scales: {', '.join(suite.scales)}")
     rows = list(rows or suite.rows)
@@ -155,23 +169,25 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
     every_cell = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers, out)
                   for c, r in suite.cells(list(suite.columns), list(suite.rows))}
     missing = missing_by_column(every_cell)  # for the table too, whichever columns this call runs
-    if not table_only:
-        cells = suite.cells(columns, rows)
-        runs = {(c, run_folder(out / c, r, seed)): method_config(every_cell[c, r], suite.method_of(r), seed)
-                for c, r in cells for seed in seeds}  # every config validated once, here
-        check_run_folders({run_dir: config for (_, run_dir), config in runs.items()}, resume=True)  # before any training
-        for c in columns:
-            if c in missing:
-                log(f"column {c} skipped: {missing[c]}")
-        todo = {run_dir: config for (c, run_dir), config in runs.items() if c not in missing}
-        if suite.threads:
-            import torch
+    if not train:
+        return missing, {}
+    cells = suite.cells(columns, rows)
+    runs = {(c, run_folder(out / c, r, seed)): method_config(every_cell[c, r], suite.method_of(r), seed)
+            for c, r in cells for seed in seeds}  # every config validated once, here
+    check_run_folders({run_dir: config for (_, run_dir), config in runs.items()}, resume)  # before any training
+    for c in columns:
+        if c in missing:
+            if not skip_missing:
+                raise DataError(missing[c])
+            log(f"column {c} skipped: {missing[c]}")
+    todo = {run_dir: config for (c, run_dir), config in runs.items() if c not in missing}
+    if suite.threads:
+        import torch
 
-            torch.set_num_threads(suite.threads)
-        if todo and suite.pretrain:
-            pretrain_once(suite.pretrain, out, next(iter(todo.values())).data.root, log)
-        run_configs(todo, resume=True, progress=progress, log=log)
-    return write_suite_outputs(suite, out, missing, scale)
+        torch.set_num_threads(suite.threads)
+    if todo and suite.pretrain:
+        pretrain_once(suite.pretrain, out, next(iter(todo.values())).data.root, log)
+    return missing, run_configs(todo, resume=resume, progress=progress, log=log)
 
 
 def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], scale: str) -> str:
