@@ -68,7 +68,10 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
     summary = run_experiment(cfg, out, resume=resume, progress=not quiet)
     click.echo(
         f"{summary['method']}: best acc {summary['best_acc']:.4f} (round {summary['best_round']}), "
-        f"last {summary['last_acc']:.4f} [{summary['protocol']} protocol]; results in {out}"
+        f"last {summary['last_acc']:.4f} [{summary['protocol']} protocol, "
+        f"{'after local training' if summary['eval_point'] == 'after-local' else 'at round start'}]"
+        + (f"; after local training best {summary['best_acc_after']:.4f}, last {summary['last_acc_after']:.4f}"
+           if summary["eval_point"] == "both" else "") + f"; results in {out}"
     )
 
 

@@ -71,6 +71,9 @@ class TrainSection(Section):
 class EvalSection(Section):
     protocol: Literal["pfllib", "official-test"] = "pfllib"
     every: int = Field(1, ge=1)
+    # start: each client's personalized model after the broadcast, before local training (PFLlib; FedAFK, PGFedSplit);
+    # after-local: each trained client's model right after its local update (FedPAC's released code, FL-bench); both
+    point: Literal["start", "after-local", "both"] = "start"
 
 
 class ProxySection(Section):

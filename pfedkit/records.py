@@ -10,6 +10,14 @@ from torch import nn
 
 State = dict[str, Any]  # a payload, reply or state: a flat dict of tensors and plain numbers
 
+AFTER = "_after"  # suffix of the after-local metrics (eval.point) in metrics.csv and summary.json
+
+
+def accuracy_column(point: str) -> str:
+    """The metrics.csv column holding a run's headline accuracy: after-local's for that point, else the start one's
+    (eval.point "both" headlines the start point, the default)."""
+    return "acc" + AFTER if point == "after-local" else "acc"
+
 
 @dataclass(frozen=True)
 class TrainSettings:

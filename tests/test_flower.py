@@ -395,8 +395,9 @@ class ReplayMissing(Simulation):
     def evaluate_clients(self, round, payloads):
         return super().evaluate_clients(round, {c: p for c, p in payloads.items() if c not in self.missing[round]})
 
-    def train_clients(self, round, payloads):
-        return super().train_clients(round, {c: p for c, p in payloads.items() if c not in self.missing[round]})
+    def train_clients(self, round, payloads, evaluate_after=False):
+        return super().train_clients(round, {c: p for c, p in payloads.items() if c not in self.missing[round]},
+                                     evaluate_after)
 
 
 @pytest.mark.slow

@@ -53,6 +53,9 @@ def test_names_and_options():
     ("fedavgcnn", (3, 32, 32), 10, 878_538),
     ("resnet18", (3, 224, 224), 1000, 11_689_512),
     ("resnet18", (3, 32, 32), 10, 11_181_642),
+    # the CIFAR-100 builds the papers use: FedAvgCNN for PGFedSplit, ResNet-18 (not pretrained) for FedAFK's Table 3
+    ("fedavgcnn", (3, 32, 32), 100, 878_538 - linear(512, 10) + linear(512, 100)),
+    ("resnet18", (3, 32, 32), 100, 11_227_812),  # torchvision's resnet18(num_classes=100)
     # FedPAC CNN_FMNIST: conv1 1->16 k5, conv2 16->32 k5, fc1 800->128, fc2 128->10
     ("fedpac-fmnist", (1, 28, 28), 10, conv(1, 16, 5) + conv(16, 32, 5) + linear(800, 128) + linear(128, 10)),
     # FedPAC CifarCNN: conv1 3->16 k5, conv2 16->32 k5, conv3 32->64 k3, fc1 576->128, fc2 128->10
@@ -65,6 +68,12 @@ def test_names_and_options():
 ])
 def test_parameter_counts(name, shape, classes, expected):
     assert n_params(build_model(name, shape, classes)) == expected
+
+
+def test_resnet18_cifar_stem_is_the_common_cifar_variant():
+    model = build_model("resnet18", (3, 32, 32), 10, stem="cifar")
+    assert n_params(model) == 11_173_962  # one 3x3/1 conv and no max-pool: 32x32 reaches layer1 at full size
+    assert model.body.conv1.kernel_size == (3, 3) and not hasattr(model.body, "maxpool")
 
 
 def test_fedavgcnn_flatten_dim_follows_input():

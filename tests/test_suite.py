@@ -20,7 +20,8 @@ def test_paper_table_averages_finished_seeds_and_marks_missing_cells(tmp_path):
     (tmp_path / "col" / "a" / "seed1").mkdir()  # started, never finished: not counted
     lines, rounds = paper_table(tmp_path, {"col": "Col"}, ["a", "b"], {"a": {"col": 65.0}}, last_k=2)
     assert lines[0] == "| method | Col ours (best) | last | mean of last 2 | paper | best - paper |"
-    assert lines[2] == "| a | 60.00 ± 14.14 (n=2) | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 | -5.00 |"
+    # three evaluations are too few to tell a flat curve from a rising one: "?"
+    assert lines[2] == "| a | 60.00 ± 14.14 (n=2) ? | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 | -5.00 |"
     assert lines[3] == "| b | not run | not run | not run | - | - |"
     assert rounds == {2}
 
@@ -41,6 +42,37 @@ def test_rows_outside_a_column_show_n_a_even_when_no_column_runs_them(tmp_path):
     fake_run(tmp_path / "y" / "b" / "seed0", [0.1, 0.6], 3)  # rows of different lengths: labels name the rounds
     lines, rounds = paper_table(tmp_path, {"x": "X", "y": "Y"}, ["a", "b", "c"], {},
                                 column_rows={"x": ("a",), "y": ("b",)})
-    assert lines[2].startswith("| a (2 rounds) | 50.00 |") and lines[2].endswith("| n/a | n/a | n/a | n/a |")
+    assert lines[2].startswith("| a (2 rounds) | 50.00 ? |") and lines[2].endswith("| n/a | n/a | n/a | n/a |")
     assert lines[3].startswith("| b (3 rounds) | n/a |")
     assert lines[4] == "| c | " + " | ".join(["n/a"] * 8) + " |" and rounds == {2, 3}
+
+
+def test_a_cell_is_marked_rising_peaked_or_flat_from_its_mean_curve(tmp_path):
+    from pfedkit.reports.tables import curve_trend
+
+    rising = [50 + r for r in range(20)]  # +4 points from the fourth fifth to the last
+    assert curve_trend(rising) == "rising"
+    assert curve_trend([80 + 0.4 * (r % 2) for r in range(20)]) == "flat"  # noise of 0.4 points, no trend
+    assert curve_trend([70] * 10 + [80] * 5 + [75] * 5) == "peaked"  # the best (80) is far above the last fifth
+    assert curve_trend([50 + 0.04 * r for r in range(50)]) == "flat"  # 0.4 points between fifths: under the bound
+    assert curve_trend([50, 60, 70]) == "short"
+    fake_run(tmp_path / "col" / "up" / "seed0", [r / 100 for r in range(20)], 19)
+    fake_run(tmp_path / "col" / "up" / "seed1", [0.3] * 20, 19)  # the mean over seeds still rises: marked
+    fake_run(tmp_path / "col" / "flat" / "seed0", [0.5] * 20, 19)
+    lines, _ = paper_table(tmp_path, {"col": "Col"}, ["up", "flat"], {})
+    assert lines[2].startswith("| up | 24.50 ± 7.78 (n=2) ↑ |") and lines[3].startswith("| flat | 50.00 |")
+
+
+def test_after_local_runs_are_read_at_their_own_point(tmp_path):
+    from pfedkit.reports.tables import mean_of_last, run_facts
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    rows = [{"round": i, "acc": "", "acc_after": 0.5 + i / 10} for i in range(3)]
+    atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc", "acc_after"])
+    (folder / "summary.json").write_text(json.dumps({"eval_point": "after-local", "data_origin": "CIFAR-10, JPEG copy",
+                                                     "data_file_sha256": "0bfcb68717a0ecb0d5"}))
+    assert abs(mean_of_last(folder, 2) - 0.65) < 1e-12
+    assert run_facts([folder]) == [
+        "Evaluated right after each trained client's local update (FedPAC's released code, FL-bench).",
+        "Data: CIFAR-10, JPEG copy (sha256 0bfcb68717a0…)."]

@@ -33,6 +33,8 @@ class FederatedDataset:
     test_idx: list[np.ndarray]
     server: ServerData | None = None  # validation and proxy data held by the server ([proxy] section)
     checksum: str = ""  # content_checksum of the data set as loaded (before data.fraction)
+    origin: str = ""  # which copy of the data set was read, where there are several (DataSource.origin)
+    origin_sha256: str = ""
 
     @property
     def num_clients(self) -> int:
@@ -113,7 +115,7 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
         clients = partition_labels(y.numpy(), part.scheme, part.clients, seed, min_samples=min_samples, **options)
         train_idx, test_idx = split_train_test(clients, part.test_fraction, seed)
         return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx,
-                                server, checksum)
+                                server, checksum, source.origin, source.origin_sha256)
     if source.test_x is None:
         raise ConfigError(
             f"dataset {source.name} has no official test split, so `eval.protocol = \"official-test\"` cannot be used; "
@@ -126,4 +128,5 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     return FederatedDataset(
         source.name, "official-test", source.num_classes, source.input_shape,
         source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx, server, checksum,
+        source.origin, source.origin_sha256,
     )

@@ -6,6 +6,7 @@ import hashlib
 import inspect
 import os
 import pickle
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -13,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from pfedkit.data import fetch
+from pfedkit.data import archives, fetch
 from pfedkit.errors import DataError
 
 DATASET_NAMES: tuple[str, ...] = (
@@ -48,6 +49,8 @@ class DataSource:
     test_x: torch.Tensor | None  # official test split, or None where the dataset has none
     test_y: torch.Tensor | None
     num_classes: int
+    origin: str = ""  # which copy was read, where a data set has several ("CIFAR-10, JPEG copy")
+    origin_sha256: str = ""  # the SHA-256 of the archive that copy was read from
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -189,17 +192,44 @@ def read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray
     return data.reshape(-1, 3, 32, 32), labels
 
 
+def official_cifar_folder(name: str, root: Path) -> Path:
+    return root / name / next(iter(fetch.CHECKSUMS[name])).split("/")[0]
+
+
+def reads_archive_copy(name: str, root: Path) -> bool:
+    """True where the shared image-archive copy stands in: no official python batches, and the archive is there."""
+    return (name in archives.ARCHIVES and not official_cifar_folder(name, root).is_dir()
+            and archives.archive_path(name, root).is_file())
+
+
+def archive_copy_hint(name: str, root: Path) -> str:
+    return f"; or put the {archives.ARCHIVES[name].description} at {archives.archive_path(name, root)}"
+
+
 def load_cifar(name: str, root: Path, label_key: str, num_classes: int) -> DataSource:
+    """The official python batches when they are under <root>/<name>/, else the shared image-archive copy."""
+    official = official_cifar_folder(name, root)
+    if reads_archive_copy(name, root):
+        arrays = archives.load_archive(name, root, log=lambda line: print(line, file=sys.stderr))
+        return DataSource(name, normalize(arrays["train_x"]), labels_tensor(arrays["train_y"]),
+                          normalize(arrays["test_x"]), labels_tensor(arrays["test_y"]), num_classes,
+                          origin=archives.ARCHIVES[name].description, origin_sha256=archives.ARCHIVES[name].sha256)
     train, test = [], []
     for rel in fetch.CHECKSUMS[name]:
-        path = fetch.verify_file(name, root, rel)
+        try:
+            path = fetch.verify_file(name, root, rel)
+        except DataError as err:
+            if official.is_dir():
+                raise
+            raise DataError(f"{err}{archive_copy_hint(name, root)}") from None
         (test if Path(rel).name in ("test", "test_batch") else train).append(read_cifar_batch(path, label_key))
     x_tr, y_tr = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
     x_te, y_te = np.concatenate([b[0] for b in test]), np.concatenate([b[1] for b in test])
     for y in (y_tr, y_te):
         if y.min(initial=0) < 0 or y.max(initial=0) >= num_classes:
             raise DataError(f"{name}: labels outside 0..{num_classes - 1} in {root / name}; delete it and fetch again")
-    return DataSource(name, normalize(x_tr), labels_tensor(y_tr), normalize(x_te), labels_tensor(y_te), num_classes)
+    return DataSource(name, normalize(x_tr), labels_tensor(y_tr), normalize(x_te), labels_tensor(y_te), num_classes,
+                      origin=f"{'CIFAR-10' if name == 'cifar10' else 'CIFAR-100'}, official python batches")
 
 
 def load_cifar10(root: Path) -> DataSource:
@@ -399,7 +429,13 @@ def check_dataset(name: str, root: str | os.PathLike | None = None) -> list[str]
     if name in ("digits", "synthetic"):
         return [f"ok  {name}: {MANUAL_SOURCES[name]}; nothing to check"]
     lines, problems = [], []
-    if name in fetch.CHECKSUMS:
+    if reads_archive_copy(name, root):
+        try:  # the shared image-archive copy stands in for the official batches
+            path = archives.verify_archive(name, root)
+            lines.append(f"ok  {path}  sha256 {archives.ARCHIVES[name].sha256} ({archives.ARCHIVES[name].description})")
+        except DataError as e:
+            problems.append(str(e))
+    elif name in fetch.CHECKSUMS:
         folder = idx_folder(name, root) if name in ("mnist", "fashion-mnist") else root / name
         for rel, md5 in fetch.CHECKSUMS[name].items():
             try:
@@ -407,6 +443,8 @@ def check_dataset(name: str, root: str | os.PathLike | None = None) -> list[str]
                 lines.append(f"ok  {path}  md5 {md5}")
             except DataError as e:
                 problems.append(str(e))
+        if problems and name in archives.ARCHIVES and not official_cifar_folder(name, root).is_dir():
+            problems[-1] += archive_copy_hint(name, root)
     else:
         checks = {
             "flowers102": [(root / "flowers102" / s, "") for s in ("train", "test") if (root / "flowers102" / s).is_dir()]

@@ -37,17 +37,19 @@ def summarize_round(per_client: Mapping[int, tuple[int, float, int]]) -> dict[st
     }
 
 
-def summarize_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Best and last of both accuracies over the evaluated rounds."""
-    evaluated = [r for r in rows if r.get("acc") is not None]
+def summarize_run(rows: list[dict[str, Any]], suffix: str = "") -> dict[str, Any]:
+    """Best and last of both accuracies over the evaluated rounds (of the columns ending in `suffix`: "" for the
+    start point, "_after" for after-local), keyed with the same suffix."""
+    acc, mean = "acc" + suffix, "acc_client_mean" + suffix
+    evaluated = [r for r in rows if r.get(acc) is not None]
     if not evaluated:
         return {}
-    best = max(evaluated, key=lambda r: r["acc"])
+    best = max(evaluated, key=lambda r: r[acc])
     return {
-        "best_acc": best["acc"],
-        "best_round": best["round"],
-        "last_acc": evaluated[-1]["acc"],
-        "best_acc_client_mean": max(r["acc_client_mean"] for r in evaluated),
-        "last_acc_client_mean": evaluated[-1]["acc_client_mean"],
-        "last_round": evaluated[-1]["round"],
+        "best_acc" + suffix: best[acc],
+        "best_round" + suffix: best["round"],
+        "last_acc" + suffix: evaluated[-1][acc],
+        "best_acc_client_mean" + suffix: max(r[mean] for r in evaluated),
+        "last_acc_client_mean" + suffix: evaluated[-1][mean],
+        "last_round" + suffix: evaluated[-1]["round"],
     }

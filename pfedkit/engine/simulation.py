@@ -19,13 +19,14 @@ from pfedkit.engine.workers import Executor, Task
 from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json
 from pfedkit.methods.base import Method
-from pfedkit.records import State
+from pfedkit.records import AFTER, State
 from pfedkit.registry import build_method, read_saved_config
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
     "round", "acc", "acc_client_mean", "loss", "train_s", "eval_s", "bytes_down", "bytes_up", "clients_trained",
 )
+AFTER_COLUMNS = ("acc" + AFTER, "acc_client_mean" + AFTER, "loss" + AFTER)  # with eval.point after-local or both
 CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
 
 
@@ -95,9 +96,11 @@ class RoundLoop:
             self.rows: list[dict[str, Any]] = []
             self.client_rows: list[dict[str, Any]] = []
             self.next_round = 0
+            self.after_local: dict[int, tuple[int, float, int]] = {}
         else:
             self.server = ckpt["server"]
             self.rows, self.client_rows, self.next_round = ckpt["rows"], ckpt["client_rows"], ckpt["next_round"]
+            self.after_local = ckpt.get("after_local", {})
             self.restore(ckpt)
 
     def _prepare_out_dir(self, resume: bool) -> None:
@@ -131,7 +134,9 @@ class RoundLoop:
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
         raise NotImplementedError
 
-    def train_clients(self, round: int, payloads: dict[int, State]) -> dict[int, State]:
+    def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
+                      ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
+        """The replies, and with `evaluate_after` each trained client's evaluation right after its update."""
         raise NotImplementedError
 
     def session(self) -> contextlib.AbstractContextManager:
@@ -160,13 +165,32 @@ class RoundLoop:
         check_finite(round, where, messages, self.config.method.name,
                      likely_fix(self.config.train.lr, self.config.method_params()))
 
-    def record_evaluation(self, round: int, per_client: dict[int, tuple[int, float, int]]) -> dict[str, Any]:
-        self.diverged(round, "evaluation losses", {cid: {"loss": float(loss)} for cid, (_, loss, _) in per_client.items()})
+    # ---- the evaluation point (eval.point): at the start of a round, and/or right after local training ----
+    @property
+    def measures_start(self) -> bool:
+        return self.config.eval.point in ("start", "both")
+
+    @property
+    def measures_after(self) -> bool:
+        return self.config.eval.point in ("after-local", "both")
+
+    def evaluates_after(self, round: int) -> bool:
+        """After-local evaluation on the training rounds the start point would evaluate, and the last one."""
+        rounds, every = self.config.train.rounds, self.config.eval.every
+        return self.measures_after and round < rounds and (round % every == 0 or round == rounds - 1)
+
+    def record_evaluation(self, round: int, per_client: dict[int, tuple[int, float, int]],
+                          point: str = "start") -> dict[str, Any]:
+        self.diverged(round, "evaluation losses" + ("" if point == "start" else " after local training"),
+                      {cid: {"loss": float(loss)} for cid, (_, loss, _) in per_client.items()})
         for cid in sorted(per_client):
             correct, _, n = per_client[cid]
             self.client_rows.append({"round": round, "client": cid, "correct": correct, "n_test": n,
-                                     "acc": correct / n if n else None})
-        return summarize_round(per_client)
+                                     "acc": correct / n if n else None, "point": point})
+        if point == "start":
+            return summarize_round(per_client)
+        self.after_local.update(per_client)  # clients not trained this round keep their last value
+        return {key + AFTER: value for key, value in summarize_round(self.after_local).items()}
 
     def apply_replies(self, round: int, payloads: dict[int, State], replies: dict[int, State]) -> dict[str, Any]:
         """Aggregate the replies that arrived (all finite, else the run stops); bytes down count every payload sent."""
@@ -180,19 +204,26 @@ class RoundLoop:
 
     @property
     def metric_columns(self) -> tuple[str, ...]:
-        return self.columns + tuple(self.method.logged)
+        return self.columns + (AFTER_COLUMNS if self.measures_after else ()) + tuple(self.method.logged)
+
+    @property
+    def client_columns(self) -> tuple[str, ...]:
+        return CLIENT_COLUMNS + (("point",) if self.measures_after else ())
 
     def evaluate(self, round: int) -> dict[str, Any]:
         return self.record_evaluation(round, self.evaluate_clients(round, self.payloads(round, list(range(self.num_clients)))))
 
     def train(self, round: int) -> dict[str, Any]:
         payloads = self.payloads(round, self.sample(round))
-        return self.apply_replies(round, payloads, self.train_clients(round, payloads))
+        replies, after = self.train_clients(round, payloads, self.evaluates_after(round))
+        measured = self.record_evaluation(round, after, point="after-local") if after else {}
+        return {**self.apply_replies(round, payloads, replies), **measured}
 
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
-        """Evaluate at the start of the round, after broadcast (PFLlib), then train the sampled clients."""
+        """Evaluate at the start of the round, after broadcast (PFLlib), then train the sampled clients (and evaluate
+        them right after, with eval.point after-local or both)."""
         row: dict[str, Any] = {}
-        if evaluate:
+        if evaluate and self.measures_start:
             start = time.perf_counter()
             row.update(self.evaluate(round))
             row["eval_s"] = time.perf_counter() - start
@@ -220,11 +251,12 @@ class RoundLoop:
                 row: dict[str, Any] = {"round": round, "acc": None, "acc_client_mean": None, "loss": None,
                                        "train_s": 0.0, "eval_s": 0.0, "bytes_down": 0, "bytes_up": 0,
                                        "clients_trained": 0}
-                evaluated = len(self.client_rows)
+                evaluated, after_local = len(self.client_rows), dict(self.after_local)
                 try:  # round R (the last) is evaluation only
                     row.update(self.play_round(round, round % cfg.eval.every == 0 or round == rounds, round < rounds))
                 except Diverged as err:
                     del self.client_rows[evaluated:]
+                    self.after_local = after_local
                     self.checkpoint()  # the state at the start of this round: every part of it was checked finite
                     atomic_write_csv(self.out / "metrics.csv", self.rows, self.metric_columns)
                     ends = f"ends at round {round - 1}" if round else "has no finished round"
@@ -254,18 +286,21 @@ class RoundLoop:
     def checkpoint(self) -> None:
         save_checkpoint(self.out, {
             "next_round": self.next_round, "server": self.server, "rows": self.rows,
-            "client_rows": self.client_rows, "config": self.config.to_dict(), **self.checkpoint_extra(),
+            "client_rows": self.client_rows, "after_local": self.after_local, "config": self.config.to_dict(),
+            **self.checkpoint_extra(),
         })
 
     def finish(self) -> dict[str, Any]:
         """clients.csv and summary.json; plots are the caller's (the round loop draws nothing)."""
         cfg = self.config
-        atomic_write_csv(self.out / "clients.csv", self.client_rows, CLIENT_COLUMNS)
+        atomic_write_csv(self.out / "clients.csv", self.client_rows, self.client_columns)
+        after = summarize_run(self.rows, AFTER) if self.measures_after else {}
+        headline = {k.removesuffix(AFTER): v for k, v in after.items()} if not self.measures_start else summarize_run(self.rows)
         summary = {
             "method": cfg.method.name, "dataset": cfg.data.dataset, "model": cfg.model.name,
-            "protocol": cfg.eval.protocol, "seed": cfg.run.seed, "rounds": cfg.train.rounds,
+            "protocol": cfg.eval.protocol, "eval_point": cfg.eval.point, "seed": cfg.run.seed, "rounds": cfg.train.rounds,
             "clients": self.num_clients,
-            **summarize_run(self.rows),
+            **headline, **after,
             "train_s": sum(r["train_s"] for r in self.rows), "eval_s": sum(r["eval_s"] for r in self.rows),
             "bytes_down": sum(r["bytes_down"] for r in self.rows), "bytes_up": sum(r["bytes_up"] for r in self.rows),
             **self.summary_extra(),
@@ -329,14 +364,22 @@ class Simulation(RoundLoop):
         tasks = [Task("eval", cid, round, payload, self.client_state(cid), int(cost[cid])) for cid, payload in payloads.items()]
         return dict(self.executor.run(tasks))
 
-    def train_clients(self, round: int, payloads: dict[int, State]) -> dict[int, State]:
+    def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
+                      ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
         sizes = self.fed.train_sizes()
-        tasks = [Task("train", cid, round, payload, self.client_state(cid), int(sizes[cid])) for cid, payload in payloads.items()]
+        tasks = [Task("train", cid, round, payload, self.client_state(cid), int(sizes[cid]), evaluate_after)
+                 for cid, payload in payloads.items()]
         results = dict(self.executor.run(tasks))
-        new_states = {cid: client for cid, (_, client) in results.items()}
+        new_states = {cid: client for cid, (_, client, _) in results.items()}
         self.diverged(round, "client states", new_states)  # kept only when finite: a checkpoint never holds NaN
         self.clients.update(new_states)
-        return {cid: reply for cid, (reply, _) in results.items()}
+        return ({cid: reply for cid, (reply, _, _) in results.items()},
+                {cid: after for cid, (_, _, after) in results.items() if after is not None})
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Which copy of the data the run read, where a data set has several, and the checksum of what it loaded."""
+        origin = {"data_origin": self.fed.origin, "data_file_sha256": self.fed.origin_sha256} if self.fed.origin else {}
+        return {**origin, "data_checksum": self.config.data.checksum}
 
 
 def simulate(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,

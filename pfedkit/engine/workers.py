@@ -21,6 +21,7 @@ from pfedkit.engine.lifeline import die_with_parent
 from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
 from pfedkit.records import State
+from pfedkit.seeding import seeded_torch
 
 # Set in the parent just before the pool forks, so workers inherit the method and the data without copies.
 _SHARED: Optional[tuple[Method, Any]] = None
@@ -34,6 +35,7 @@ class Task:
     payload: State
     client: State
     cost: int  # samples it touches, to hand out the largest first
+    evaluate_after: bool = False  # a training task also evaluates the model it leaves (eval.point = "after-local")
 
 
 def pack(state: State) -> dict[str, Any]:
@@ -46,10 +48,17 @@ def unpack(state: dict[str, Any]) -> State:
 
 
 def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
+    """(cid, evaluation) for an "eval" task; (cid, (reply, new state, evaluation after the update or None)) for
+    a "train" task."""
     data = fed.client(task.cid)
     if task.kind == "train":
         reply, client = method.local_update(task.payload, task.client, data, task.round)
-        return task.cid, (reply, client)
+        after = None
+        if task.evaluate_after:  # its own seeded draws: measuring leaves every other number as it was
+            with seeded_torch(method.ctx.seed, task.round, task.cid, "after-local-eval"):
+                model = method.trained_model(reply, client, task.payload, data, task.round)
+                after = evaluate_model(model, data.test_x, data.test_y)
+        return task.cid, (reply, client, after)
     model = method.personalized_model(task.client, task.payload, data, task.round)
     return task.cid, evaluate_model(model, data.test_x, data.test_y)
 
@@ -65,7 +74,7 @@ def _worker_run(task: Task) -> tuple[int, Any, float]:
     task.payload, task.client = unpack(task.payload), unpack(task.client)
     cid, result = run_task(method, fed, task)
     if task.kind == "train":
-        result = (pack(result[0]), pack(result[1]))
+        result = (pack(result[0]), pack(result[1]), result[2])
     return cid, result, time.perf_counter() - start
 
 
@@ -101,7 +110,7 @@ class Executor:
             for future in as_completed(futures):
                 cid, result, _ = future.result()
                 if kinds == {"train"}:
-                    result = (unpack(result[0]), unpack(result[1]))
+                    result = (unpack(result[0]), unpack(result[1]), result[2])
                 yield cid, result
         except BrokenProcessPool:  # a worker was killed (often by the out-of-memory killer), not a Python error
             raise PfedkitError(

@@ -7,11 +7,11 @@ from typing import Any, Callable, Optional
 
 from pfedkit.config import EvalSection, apply_overrides, tomllib
 from pfedkit.errors import ConfigError
-from pfedkit.experiments.pipeline import mean_curve, run_folder
+from pfedkit.experiments.pipeline import run_folder
 from pfedkit.experiments.reproduce import Column, Scale, Suite, run_cells
-from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
+from pfedkit.io import atomic_write_csv, atomic_write_text
 from pfedkit.reports.plots import save_curves
-from pfedkit.reports.tables import mean_std
+from pfedkit.reports.tables import mean_curve, mean_std
 
 DEMO = {
     "data": {"dataset": "digits"},
@@ -62,8 +62,8 @@ def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], 
     _, summaries = run_cells(suite, scale="given", seeds=seeds, out=out, resume=resume, skip_missing=False,
                              progress=progress, log=log)
     results = {m: [summaries[run_folder(out, m, s)] for s in seeds] for m in methods}
-    curves = {m: [read_csv(run_folder(out, m, s) / "metrics.csv") for s in seeds
-                  if "diverged" not in summaries[run_folder(out, m, s)]] for m in methods}
+    curves = {m: [run_folder(out, m, s) for s in seeds if "diverged" not in summaries[run_folder(out, m, s)]]
+              for m in methods}
     table = format_table(results, base.get("eval", {}).get("protocol", EvalSection().protocol))
     atomic_write_text(out / "table.md", table + "\n")
     atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m] if "diverged" not in s],

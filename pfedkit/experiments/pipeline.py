@@ -6,7 +6,6 @@ and configs (reproduce.run_cells) and run them here (run_configs).
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -58,16 +57,6 @@ def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
                else "pass --resume to continue them, or choose another --out")
         shown = "\n  ".join(problems[:10]) + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
         raise ConfigError(f"{len(problems)} run folder(s) do not match this run:\n  {shown}\n{fix}")
-
-
-def mean_curve(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per-round mean accuracy over seeds."""
-    by_round: dict[int, list[float]] = {}
-    for rows in runs:
-        for r in rows:
-            if r.get("acc") not in (None, ""):
-                by_round.setdefault(int(r["round"]), []).append(float(r["acc"]))
-    return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
 
 
 def data_identity(config: Config) -> str:

@@ -16,9 +16,18 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from pfedkit.config import apply_overrides, merge
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.claims import check_claims
-from pfedkit.experiments.pipeline import check_run_folders, mean_curve, method_config, run_configs, run_folder
-from pfedkit.io import atomic_write_csv, atomic_write_text, read_csv
-from pfedkit.reports.tables import cost_table, finished_runs, mean_of_last, paper_table
+from pfedkit.experiments.pipeline import check_run_folders, method_config, run_configs, run_folder
+from pfedkit.io import atomic_write_csv, atomic_write_text
+from pfedkit.reports.tables import (
+    TREND_NOTE,
+    cell_trend,
+    cost_table,
+    finished_runs,
+    mean_curve,
+    mean_of_last,
+    paper_table,
+    run_facts,
+)
 
 
 @dataclass(frozen=True)
@@ -201,7 +210,9 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"Rounds run: {sorted(rounds) or 'none yet'}. Accuracy in %; mean ± sample std over the seeds that finished "
              f"(n); best = the best evaluated round, last = the final round"
              + ("; n/a = the row is not part of that column" if any(col.rows for col in suite.columns.values()) else "")
-             + f". Scale {scale}: {suite.scales[scale].about}"]
+             + f". Scale {scale}: {suite.scales[scale].about}", "",
+             *run_facts([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]),
+             f"Curves: {TREND_NOTE}."]
     if suite.notes:
         lines += ["", suite.notes]
     if suite.claims:
@@ -221,15 +232,16 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
                 summary = json.loads((run / "summary.json").read_text())
                 record = {"column": c, "method": r, "seed": run.name.removeprefix("seed"), "rounds": summary["rounds"],
                           "best_acc": summary["best_acc"], "last_acc": summary["last_acc"],
+                          "eval_point": summary.get("eval_point", "start"), "curve": cell_trend([run]),
                           "paper": suite.columns[c].paper.get(r, "")}
                 if suite.last_k:
                     record[f"mean_last_{suite.last_k}"] = mean_of_last(run, suite.last_k)
                 records.append(record)
             if runs := finished_runs(out / c, r):
-                curves[r] = mean_curve([read_csv(run / "metrics.csv") for run in runs])
+                curves[r] = mean_curve(runs)
         if curves:
             save_curves(curves, out / f"curves_{c}.png", title=f"{suite.paper}, {suite.columns[c].label}")
-    fields = ["column", "method", "seed", "rounds", "best_acc", "last_acc"] + (
+    fields = ["column", "method", "seed", "rounds", "best_acc", "last_acc", "eval_point", "curve"] + (
         [f"mean_last_{suite.last_k}"] if suite.last_k else []) + ["paper"]
     atomic_write_csv(out / "table.csv", records, fields)
     return table

@@ -8,7 +8,7 @@ from pfedkit.config import Config
 from pfedkit.data.federated import FederatedDataset
 from pfedkit.engine.simulation import simulate
 from pfedkit.io import read_csv
-from pfedkit.reports.plots import save_curves
+from pfedkit.reports.plots import point_curves, save_curves
 
 
 def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
@@ -20,5 +20,5 @@ def run_experiment(config: Config, out: str | Path, *, resume: bool = False, pro
 
 
 def draw_run_curves(out: Path, config: Config) -> Path:
-    return save_curves({config.method.name: read_csv(out / "metrics.csv")}, out / "curves.png",
+    return save_curves(point_curves(config.method.name, read_csv(out / "metrics.csv"), config.eval.point), out / "curves.png",
                        title=f"{config.method.name} on {config.data.dataset}")

@@ -19,11 +19,12 @@ from pfedkit.config import Config
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.flower.node_data import client_id, load_node_data
 from pfedkit.flower.records import from_records, to_records
-from pfedkit.flower.settings import CONTROL, EVAL, INFO, config_from_run_config
+from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, INFO, config_from_run_config
 from pfedkit.flower.state import ClientStateStore, default_state_root
 from pfedkit.methods.base import Method
 from pfedkit.records import ClientData
 from pfedkit.registry import build_method
+from pfedkit.seeding import seeded_torch
 
 app = ClientApp()
 
@@ -98,6 +99,11 @@ def work(node: Node, content: RecordDict) -> RecordDict:
         reply, client = node.method.local_update(payload, client, node.data, round)
         store.save(client, round, int(control["keep-from"]))
         to_records(reply, out)
+        if control.get("evaluate-after", False):  # eval.point after-local: the model this update left
+            with seeded_torch(node.method.ctx.seed, round, node.cid, "after-local-eval"):
+                model = node.method.trained_model(reply, client, payload, node.data, round)
+                correct, loss, n = evaluate_model(model, node.data.test_x, node.data.test_y)
+            out[EVAL_AFTER] = MetricRecord({"correct": correct, "loss": loss, "n": n})
         train_s = time.perf_counter() - start
     out[CONTROL] = ConfigRecord({"client-id": node.cid, "state-round": state_round, "eval-s": eval_s,
                                  "train-s": train_s})

@@ -19,12 +19,12 @@ import pfedkit
 from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop
 from pfedkit.errors import PfedkitError
 from pfedkit.flower.records import from_records, to_records
-from pfedkit.flower.settings import CONTROL, EVAL, RunSettings
+from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, RunSettings
 from pfedkit.flower.settings import INFO as INFO_RECORD
 from pfedkit.io import atomic_write_csv
 from pfedkit.records import State
 from pfedkit.registry import build_method
-from pfedkit.reports.plots import save_curves
+from pfedkit.reports.plots import point_curves, save_curves
 
 app = ServerApp()
 REPLY_COLUMNS = ("round", "client", "node", "evaluated", "trained", "state_round", "eval_s", "train_s")
@@ -56,14 +56,16 @@ class FlowerRun(RoundLoop):
     def finish(self) -> dict[str, Any]:
         summary = super().finish()
         cfg = self.config
-        save_curves({cfg.method.name: self.rows}, self.out / "curves.png", title=f"{cfg.method.name} on {cfg.data.dataset}")
+        save_curves(point_curves(cfg.method.name, self.rows, cfg.eval.point), self.out / "curves.png",
+                    title=f"{cfg.method.name} on {cfg.data.dataset}")
         return summary
 
     def summary_extra(self) -> dict[str, Any]:
         """Which clients the accuracies cover: a node that died or timed out leaves its clients out of a round."""
         evaluated: dict[int, int] = {}
         for row in self.client_rows:
-            evaluated[row["round"]] = evaluated.get(row["round"], 0) + 1
+            if row.get("point", "start") == "start":
+                evaluated[row["round"]] = evaluated.get(row["round"], 0) + 1
         gaps = {str(r["round"]): [int(c) for c in r["missing"].split()] for r in self.rows if r.get("missing")}
         extra: dict[str, Any] = {"evaluated_clients": {str(k): v for k, v in sorted(evaluated.items())},
                                  "rounds_with_missing_clients": gaps}
@@ -130,13 +132,14 @@ class FlowerRun(RoundLoop):
     def message(self, cid: int, payload: State, round: int, evaluate: bool, train: bool) -> Message:
         content = to_records(payload)
         content[CONTROL] = ConfigRecord({"round": round, "evaluate": evaluate, "train": train, "run-key": self.run_key,
-                                         "keep-from": self.checkpointed})
+                                         "keep-from": self.checkpointed,
+                                         "evaluate-after": train and self.evaluates_after(round)})
         return Message(content, self.nodes[cid], "train" if train else "evaluate", group_id=str(round))
 
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
         start = time.perf_counter()
         self.refresh_nodes()
-        eval_ids = set(range(self.num_clients)) if evaluate else set()
+        eval_ids = set(range(self.num_clients)) if evaluate and self.measures_start else set()
         train_ids = set(self.sample(round)) if train else set()
         targets = sorted(eval_ids | train_ids)
         payloads = self.payloads(round, targets)
@@ -145,6 +148,7 @@ class FlowerRun(RoundLoop):
         replies = self.grid.send_and_receive(messages, timeout=self.settings.round_timeout) if messages else []
         client_of = {node: cid for cid, node in self.nodes.items()}
         evals: dict[int, tuple[int, float, int]] = {}
+        after: dict[int, tuple[int, float, int]] = {}  # eval.point after-local: measured right after the update
         trained: dict[int, State] = {}
         eval_s = 0.0
         for reply in replies:
@@ -161,6 +165,9 @@ class FlowerRun(RoundLoop):
                 m = reply.content.metric_records[EVAL]
                 evals[cid] = (int(m["correct"]), float(m["loss"]), int(m["n"]))
                 eval_s = max(eval_s, float(control["eval-s"]))  # clients evaluate in parallel
+            if EVAL_AFTER in reply.content.metric_records:
+                m = reply.content.metric_records[EVAL_AFTER]
+                after[cid] = (int(m["correct"]), float(m["loss"]), int(m["n"]))
             if cid in train_ids:
                 trained[cid] = from_records(reply.content)
             self.reply_rows.append({"round": round, "client": cid, "node": reply.metadata.src_node_id,
@@ -174,6 +181,8 @@ class FlowerRun(RoundLoop):
             log(WARNING, "pfedkit: round %s: clients %s did not answer; going on with %s", round, missing, answered)
         if evals:
             row.update(self.record_evaluation(round, evals))
+        if after:
+            row.update(self.record_evaluation(round, after, point="after-local"))
         if train:
             sent = {cid: payloads[cid] for cid in sorted(train_ids) if cid in self.nodes}  # as the simulation counts
             if len(trained) >= self.settings.min_replies:

@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-CONTROL, EVAL, INFO = "pfedkit.control", "pfedkit.eval", "pfedkit.info"
+CONTROL, EVAL, EVAL_AFTER, INFO = "pfedkit.control", "pfedkit.eval", "pfedkit.eval-after", "pfedkit.info"
 
 
 def config_from_run_config(run_config: Mapping[str, Any]) -> Config:

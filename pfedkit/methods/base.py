@@ -112,6 +112,15 @@ class Method:
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         raise NotImplementedError
 
+    def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        """The client's personalized model right after its local update (`eval.point = "after-local"`): the method's
+        personalized model with the reply's trained weights in place of the broadcast ones and the updated state.
+        A method whose reply carries no trained weights (deltas) or whose evaluation adapts the broadcast
+        model overrides it."""
+        weights = self.model.state_dict()
+        trained = {k: v for k, v in reply.items() if k in payload and k in weights}
+        return self.personalized_model(client, {**payload, **trained}, data, round)
+
     # ---- helpers the methods share ----
     @property
     def model(self) -> SplitModel:

@@ -88,3 +88,6 @@ class FedALA(PartSharing):
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.adapt(payload, client, data, round)[0]  # evaluated after ALA, as PFLlib's evaluate() sees it
+
+    def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        return self.load(client)  # ALA, then local training: the model the client keeps

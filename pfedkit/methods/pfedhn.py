@@ -139,3 +139,7 @@ class PFedHN(Method):
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(payload)  # the generated model, as broadcast
+
+    def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        """The generated model plus the client's update (the reply carries the update as a delta)."""
+        return self.load(payload, {n: payload[n] + reply["delta." + n] for n in strip_prefix(reply, "delta.")})

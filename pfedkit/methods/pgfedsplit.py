@@ -221,6 +221,9 @@ class PGFedSplit(Method):
             self.adapt_head(model, payload, client, z, y, round)
         return model
 
+    def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        return self.load(reply)  # {theta, phi_i} as trained: this round's head adaptation is already in them
+
 
 # The paper's Fig. 5 ablations as presets of the same flags, so a suite can list them as rows.
 variant(PGFedSplit, "pgfedsplit-no-apa", "PGFedSplit with a fixed head period (Fig. 5 ablation)", adaptive_period=False)

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pfedkit.io import atomic_write_bytes  # noqa: E402
+from pfedkit.records import AFTER  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -25,6 +26,14 @@ def line_style(index: int) -> dict[str, str]:
     """Colour and dash of the index-th line: the ten default colours solid, then dashed, dotted and dash-dotted, so
     up to 40 lines never look alike."""
     return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":", "-.")[(index // 10) % 4]}
+
+
+def point_curves(label: str, rows: list[dict[str, Any]], point: str) -> dict[str, list[dict[str, Any]]]:
+    """One run's curves for its eval.point: the start accuracy, the after-local one (column acc_after), or both."""
+    after = [{"round": r["round"], "acc": r.get("acc" + AFTER)} for r in rows]
+    if point == "both":
+        return {f"{label} (start)": rows, f"{label} (after local)": after}
+    return {label: after if point == "after-local" else rows}
 
 
 def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str = "") -> Path:

@@ -12,6 +12,16 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from pfedkit.io import read_csv
+from pfedkit.records import accuracy_column
+
+# A cell's curve (the mean over its seeds) is "rising" when the mean of its last fifth of evaluations is more than
+# RISE_POINTS above the mean of the fifth before, "peaked" when the best of its last fifth is more than PEAK_POINTS below
+# its best, else "flat"; means of fifths rather than a fitted slope, so that round-to-round noise does not decide it.
+RISE_POINTS, PEAK_POINTS, MIN_EVALUATIONS = 0.5, 1.0, 10
+TREND_MARKS = {"rising": " ↑", "peaked": " ↓", "short": " ?", "flat": ""}
+TREND_NOTE = (f"↑ = still rising (the mean curve over seeds gained more than {RISE_POINTS} points from the fourth fifth "
+              f"of its evaluations to the last), ↓ = peaked earlier (the best of the last fifth is more than "
+              f"{PEAK_POINTS} points below the best), ? = fewer than {MIN_EVALUATIONS} evaluations; unmarked = flat")
 
 
 def mean_std(values: list[float], count: bool = False) -> str:
@@ -38,10 +48,63 @@ def diverged_rounds(column_dir: Path, method: str) -> list[int]:
     return [json.loads(p.read_text())["round"] for p in sorted((column_dir / method).glob("seed*/diverged.json"))]
 
 
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def headline_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """(round, accuracy) of every evaluated round, at the run's evaluation point (a run before eval.point: start)."""
+    column = accuracy_column(summary_of(run_dir).get("eval_point", "start"))
+    return [(int(r["round"]), float(r[column])) for r in read_csv(run_dir / "metrics.csv")
+            if r.get(column) not in (None, "")]
+
+
 def mean_of_last(run_dir: Path, k: int) -> float:
     """Mean sample-weighted accuracy over the last k evaluated rounds (FedPAC's "final accuracy", methods.md 4.4)."""
-    accs = [float(r["acc"]) for r in read_csv(run_dir / "metrics.csv") if r.get("acc") not in (None, "")]
-    return statistics.fmean(accs[-k:])
+    return statistics.fmean(acc for _, acc in headline_curve(run_dir)[-k:])
+
+
+def mean_curve(runs: Sequence[Path]) -> list[dict[str, float]]:
+    """Per-round mean accuracy over the runs (seeds), at each run's evaluation point."""
+    by_round: dict[int, list[float]] = {}
+    for run in runs:
+        for round, acc in headline_curve(run):
+            by_round.setdefault(round, []).append(acc)
+    return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
+
+
+def curve_trend(accs: Sequence[float]) -> str:
+    """"flat", "rising", "peaked" or "short" (too few evaluations to tell) for accuracies in %, by the rule above."""
+    if len(accs) < MIN_EVALUATIONS:
+        return "short"
+    fifth = max(len(accs) // 5, 1)
+    last, before = accs[-fifth:], accs[-2 * fifth:-fifth]
+    if statistics.fmean(last) - statistics.fmean(before) > RISE_POINTS:
+        return "rising"
+    return "peaked" if max(last) < max(accs) - PEAK_POINTS else "flat"
+
+
+def cell_trend(runs: Sequence[Path]) -> str:
+    return curve_trend([100 * p["acc"] for p in mean_curve(runs)]) if runs else ""
+
+
+POINT_TEXT = {"start": "at the start of each round (each client's personalized model after the broadcast, before local "
+                       "training: PFLlib's point)",
+              "after-local": "right after each trained client's local update (FedPAC's released code, FL-bench)",
+              "both": "at the start of each round (the headline) and after local training"}
+
+
+def run_facts(runs: Sequence[Path]) -> list[str]:
+    """Caption lines naming what the finished runs have in common or not: evaluation point and data copy."""
+    summaries = [summary_of(run) for run in runs]
+    points = sorted({s.get("eval_point", "start") for s in summaries})
+    origins = sorted({f"{s['data_origin']} (sha256 {s['data_file_sha256'][:12]}…)" for s in summaries
+                      if s.get("data_origin")})
+    lines = [f"Evaluated {POINT_TEXT[p]}" + (f" in the runs with eval.point = {p}" if len(points) > 1 else "") + "."
+             for p in points] if summaries else []
+    if origins:
+        lines.append(f"Data: {'; '.join(origins)}.")
+    return lines
 
 
 def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], paper: Mapping[str, Mapping[str, float]],
@@ -69,7 +132,9 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             if not runs and (diverged := diverged_rounds(out / col, method)):
                 cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k))
             else:
-                cells += [cell([100 * s["best_acc"] for s in summaries]), cell([100 * s["last_acc"] for s in summaries])]
+                trend = TREND_MARKS[cell_trend(runs)] if runs else ""
+                cells += [cell([100 * s["best_acc"] for s in summaries]) + trend,
+                          cell([100 * s["last_acc"] for s in summaries])]
                 if last_k:
                     cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
             number = paper.get(method, {}).get(col)
