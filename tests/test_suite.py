@@ -50,12 +50,18 @@ def test_rows_outside_a_column_show_n_a_even_when_no_column_runs_them(tmp_path):
 def test_a_cell_is_marked_rising_peaked_or_flat_from_its_mean_curve(tmp_path):
     from pfedkit.reports.tables import curve_trend
 
-    rising = [50 + r for r in range(20)]  # +4 points from the fourth fifth to the last
-    assert curve_trend(rising) == "rising"
-    assert curve_trend([80 + 0.4 * (r % 2) for r in range(20)]) == "flat"  # noise of 0.4 points, no trend
-    assert curve_trend([70] * 10 + [80] * 5 + [75] * 5) == "peaked"  # the best (80) is far above the last fifth
-    assert curve_trend([50 + 0.04 * r for r in range(50)]) == "flat"  # 0.4 points between fifths: under the bound
-    assert curve_trend([50, 60, 70]) == "short"
+    def curve(accs, every=1):
+        return [(every * r, a) for r, a in enumerate(accs)]
+
+    assert curve_trend(curve([50 + r for r in range(20)])) == "rising"  # +4 points from the fourth fifth to the last
+    assert curve_trend(curve([80 + 0.4 * (r % 2) for r in range(500)])) == "flat"  # noise of 0.4 points, no trend
+    assert curve_trend(curve([70] * 10 + [80] * 5 + [75] * 5, every=50)) == "peaked"  # the best far above the last fifth
+    assert curve_trend(curve([50 + 0.002 * r for r in range(500)])) == "flat"  # 0.2 points between fifths 100 apart
+    # the same rate (0.2 points per 100 rounds) over a short run is flat too; 1 point per 100 rounds is not
+    assert curve_trend(curve([50 + 0.002 * r for r in range(10)])) == "flat"
+    assert curve_trend(curve([50 + 0.01 * r for r in range(50)])) == "rising"  # 0.1 points between fifths 10 apart
+    assert curve_trend(curve([50 + 0.01 * r for r in range(500)])) == "rising"  # 1 point between fifths 100 apart
+    assert curve_trend(curve([50, 60, 70])) == "short"
     fake_run(tmp_path / "col" / "up" / "seed0", [r / 100 for r in range(20)], 19)
     fake_run(tmp_path / "col" / "up" / "seed1", [0.3] * 20, 19)  # the mean over seeds still rises: marked
     fake_run(tmp_path / "col" / "flat" / "seed0", [0.5] * 20, 19)

@@ -14,14 +14,17 @@ from typing import Mapping, Optional, Sequence
 from pfedkit.io import read_csv
 from pfedkit.records import accuracy_column
 
-# A cell's curve (the mean over its seeds) is "rising" when the mean of its last fifth of evaluations is more than
-# RISE_POINTS above the mean of the fifth before, "peaked" when the best of its last fifth is more than PEAK_POINTS below
-# its best, else "flat"; means of fifths rather than a fitted slope, so that round-to-round noise does not decide it.
-RISE_POINTS, PEAK_POINTS, MIN_EVALUATIONS = 0.5, 1.0, 10
+# A cell's curve (the mean over its seeds) is "rising" when the mean of its last fifth of evaluations is above the
+# mean of the fifth before by more than RISE_POINTS, or, where those fifths' centres are under PER_ROUNDS rounds apart,
+# by more than RISE_POINTS per PER_ROUNDS rounds (a short run must be flat at the rate a long one would be); "peaked"
+# when the best of its last fifth is more than PEAK_POINTS below its best; else "flat". Means of fifths rather than a
+# fitted slope, so that round-to-round noise does not decide it.
+RISE_POINTS, PER_ROUNDS, PEAK_POINTS, MIN_EVALUATIONS = 0.5, 100, 1.0, 10
 TREND_MARKS = {"rising": " ↑", "peaked": " ↓", "short": " ?", "flat": ""}
 TREND_NOTE = (f"↑ = still rising (the mean curve over seeds gained more than {RISE_POINTS} points from the fourth fifth "
-              f"of its evaluations to the last), ↓ = peaked earlier (the best of the last fifth is more than "
-              f"{PEAK_POINTS} points below the best), ? = fewer than {MIN_EVALUATIONS} evaluations; unmarked = flat")
+              f"of its evaluations to the last, or more than {RISE_POINTS} points per {PER_ROUNDS} rounds where the "
+              f"fifths are shorter), ↓ = peaked earlier (the best of the last fifth is more than {PEAK_POINTS} points "
+              f"below the best), ? = fewer than {MIN_EVALUATIONS} evaluations; unmarked = flat")
 
 
 def mean_std(values: list[float], count: bool = False) -> str:
@@ -73,19 +76,22 @@ def mean_curve(runs: Sequence[Path]) -> list[dict[str, float]]:
     return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
 
 
-def curve_trend(accs: Sequence[float]) -> str:
-    """"flat", "rising", "peaked" or "short" (too few evaluations to tell) for accuracies in %, by the rule above."""
-    if len(accs) < MIN_EVALUATIONS:
+def curve_trend(curve: Sequence[tuple[int, float]]) -> str:
+    """"flat", "rising", "peaked" or "short" (too few evaluations to tell) for (round, accuracy in %) points, by the
+    rule above."""
+    if len(curve) < MIN_EVALUATIONS:
         return "short"
-    fifth = max(len(accs) // 5, 1)
-    last, before = accs[-fifth:], accs[-2 * fifth:-fifth]
-    if statistics.fmean(last) - statistics.fmean(before) > RISE_POINTS:
+    fifth = len(curve) // 5
+    last, before = curve[-fifth:], curve[-2 * fifth:-fifth]
+    gain = statistics.fmean(a for _, a in last) - statistics.fmean(a for _, a in before)
+    apart = statistics.fmean(r for r, _ in last) - statistics.fmean(r for r, _ in before)
+    if gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS):
         return "rising"
-    return "peaked" if max(last) < max(accs) - PEAK_POINTS else "flat"
+    return "peaked" if max(a for _, a in last) < max(a for _, a in curve) - PEAK_POINTS else "flat"
 
 
 def cell_trend(runs: Sequence[Path]) -> str:
-    return curve_trend([100 * p["acc"] for p in mean_curve(runs)]) if runs else ""
+    return curve_trend([(p["round"], 100 * p["acc"]) for p in mean_curve(runs)]) if runs else ""
 
 
 POINT_TEXT = {"start": "at the start of each round (each client's personalized model after the broadcast, before local "
