@@ -125,3 +125,18 @@ def test_the_shared_copies(name, per_class):
     assert set(np.bincount(source.test_y.numpy()).tolist()) == {per_class[1]}
     means = (source.train_x * 0.5 + 0.5).mean(dim=(0, 2, 3)).tolist()
     assert all(abs(m - p) < 0.01 for m, p in zip(means, CIFAR_MEANS[name])), means
+
+
+def test_a_run_on_a_copy_names_it_and_its_checksum_in_summary_json(tiny, tmp_path):
+    from pfedkit.engine.simulation import simulate
+    from pfedkit.registry import build_config
+
+    tiny("cifar10")
+    config = build_config({"data": {"dataset": "cifar10", "root": str(tmp_path / "data")},
+                           "partition": {"scheme": "iid", "clients": 2, "min_samples": 1},
+                           "model": {"name": "mlp", "options": {"hidden": 8}}, "method": {"name": "fedavg"},
+                           "train": {"rounds": 1, "batch_size": 4}, "run": {"workers": 1}})
+    summary = simulate(config, tmp_path / "run", progress=False)
+    assert summary["data_origin"] == "CIFAR-10, JPEG copy"
+    assert summary["data_file_sha256"] == archives.ARCHIVES["cifar10"].sha256  # the tiny archive's, registered above
+    assert summary["data_checksum"].startswith("sha256:")
