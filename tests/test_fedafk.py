@@ -1,6 +1,7 @@
 """FedAFK: one local round equals a hand-written computation of steps (a)-(c), the mix and the head epoch."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -25,7 +26,16 @@ def kl(student, teacher):
     return (F.softmax(teacher, 1) * (F.log_softmax(teacher, 1) - F.log_softmax(student, 1))).sum(1).mean()
 
 
-def by_hand(server, client, random_head, data, seed, mu):
+def kt_term(form, z, teacher, phi, rd):
+    """Eq. 8's KL in each reading (kt_form)."""
+    if form == "logits-personal-head":
+        return kl(head(z, *phi), head(teacher, *phi))
+    if form == "logits-random-head":
+        return kl(head(z, *rd), head(teacher, *rd))
+    return kl(z, teacher) * (len(z) if form == "feature-sum" else 1)
+
+
+def by_hand(server, client, random_head, data, seed, mu, form="feature-mean", step="theta"):
     tg = [server["body.0.weight"].clone(), server["body.0.bias"].clone()]  # global extractor copy
     ti = [client["body.0.weight"].clone(), client["body.0.bias"].clone()]  # personal extractor
     phi = [client["head.weight"].clone(), client["head.bias"].clone()]  # personal head
@@ -42,15 +52,15 @@ def by_hand(server, client, random_head, data, seed, mu):
         # (b)
         teacher = body(xb, *snap)
         params = [t.requires_grad_() for t in ti]
-        z = body(xb, *params)
-        loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kl(z, teacher)
+        z = body(xb, *params) if step == "theta" else body(xb, *[mu * a + (1 - mu) * b for a, b in zip(params, tg)])
+        loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kt_term(form, z, teacher, phi, rd)
         grads = torch.autograd.grad(loss, params)
         ti = [(t - LR * g).detach() for t, g in zip(ti, grads)]
         # (c)
         m = torch.tensor(mu, dtype=torch.float64, requires_grad=True)
         mixed = [m * a + (1 - m) * b for a, b in zip(ti, tg)]
         z = body(xb, *mixed)
-        loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kl(z, teacher)
+        loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kt_term(form, z, teacher, phi, rd)
         (g,) = torch.autograd.grad(loss, m)
         mu = min(max(mu - LR * float(g), 0.0), 1.0)
     ti = [mu * a + (1 - mu) * b for a, b in zip(ti, tg)]  # adaptive feature aggregation
@@ -62,8 +72,11 @@ def by_hand(server, client, random_head, data, seed, mu):
     return tg, ti, phi, mu
 
 
-def test_one_local_round_equals_the_hand_computation():
-    method = make("fedafk", seed=3, batch_size=4, lr=LR)
+@pytest.mark.parametrize("form, step", [("feature-mean", "theta"), ("feature-sum", "theta"),
+                                        ("logits-personal-head", "theta"), ("logits-random-head", "theta"),
+                                        ("feature-mean", "mixture")])
+def test_one_local_round_equals_the_hand_computation(form, step):
+    method = make("fedafk", seed=3, batch_size=4, lr=LR, params={"kt_form": form, "personal_step": step})
     data = tiny_data(n=8)
     server = method.init_server()
     gen = torch.Generator().manual_seed(1)
@@ -71,7 +84,7 @@ def test_one_local_round_equals_the_hand_computation():
     client = {k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
               for k, v in client.items()}  # a client whose extractor and head differ from the global ones
     reply, new = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
-    tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5)
+    tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5, form, step)
     assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(reply["body.0.bias"], tg[1], atol=1e-6)
     assert torch.allclose(new["body.0.weight"], ti[0].float(), atol=1e-6)
     assert torch.allclose(new["body.0.bias"], ti[1].float(), atol=1e-6)

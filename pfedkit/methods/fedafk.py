@@ -31,6 +31,13 @@ class FedAFKParams(HyperParams):
     teacher: Literal["received", "current"] = Field("received", description="KL teacher: the received global extractor (Eq. 5; methods.md 1.5-c) or its concurrently updated copy")
     mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (methods.md 1.3-c)")
     mix_buffers: bool = Field(True, description="also mix BatchNorm running statistics with mu; methods.md 1.3 step 3 (recommended)")
+    kt_form: Literal["feature-mean", "feature-sum", "logits-personal-head", "logits-random-head"] = Field(
+        "feature-mean", description="Eq. 8's KL, a reading the paper leaves open: softmax over the features, batch mean "
+        "(feature-mean) or batch sum (feature-sum); or over the logits of both extractors' features through the "
+        "personal head phi_i (logits-personal-head) or the fixed random head phi_rd (logits-random-head)")
+    personal_step: Literal["theta", "mixture"] = Field(
+        "theta", description="the theta_i step of Eq. 5 on theta_i alone, or through the mixture mu*theta_i + "
+        "(1 - mu)*theta_G as the mu step of Eq. 6 and APFL (theta_G held fixed)")
 
 
 @torch.no_grad()
@@ -65,9 +72,25 @@ class FedAFK(PartSharing):
 
     def personal_loss(self, personal: SplitModel, features: torch.Tensor, y: torch.Tensor,
                       teacher: torch.Tensor | None) -> torch.Tensor:
-        lam = self.params.kt_weight
+        """(1 - lambda) * CE + lambda * KT (Eq. 8), the KT term in the reading kt_form names."""
+        lam, form = self.params.kt_weight, self.params.kt_form
         loss = F.cross_entropy(personal.head(features), y)
-        return loss if teacher is None else (1 - lam) * loss + lam * feature_kl(features, teacher)
+        if teacher is None:
+            return loss
+        if form.startswith("logits"):  # both extractors' features through one head: a KL between class posteriors
+            head = personal.head if form == "logits-personal-head" else self.working_model("global").head
+            kt = feature_kl(head(features), head(teacher))
+        else:
+            kt = feature_kl(features, teacher) * (len(y) if form == "feature-sum" else 1)
+        return (1 - lam) * loss + lam * kt
+
+    def personal_features(self, personal: SplitModel, glob: SplitModel, mu: float, x: torch.Tensor) -> torch.Tensor:
+        """theta_i's features for its own step: theta_i alone, or the mixture with theta_G held fixed."""
+        if self.params.personal_step == "theta" or not self.params.adaptive_aggregation:
+            return personal.body(x)
+        mixed = {n: mu * pi + (1 - mu) * pg.detach()
+                 for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())}
+        return functional_call(personal.body, {**mixed, **dict(personal.body.named_buffers())}, (x,))
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         p, cfg = self.params, self.ctx.train
@@ -93,7 +116,7 @@ class FedAFK(PartSharing):
                     opt_global.step()
                     # (b) the personal extractor: CE with frozen phi_i plus feature KL to the teacher (Eq. 5)
                     teacher = teacher_features(snapshot, xb) if p.kt_weight > 0 else None
-                    total = self.personal_loss(personal, personal.body(xb), yb, teacher)
+                    total = self.personal_loss(personal, self.personal_features(personal, glob, mu, xb), yb, teacher)
                     opt_personal.zero_grad(set_to_none=True)
                     total.backward()
                     opt_personal.step()
