@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from pfedkit.config import Config, apply_overrides, parse_config, read_toml
+from pfedkit.config import Config, MethodSection, apply_overrides, config_differences, parse_config, read_toml
 from pfedkit.data.sources import DATASET_NAMES
 from pfedkit.errors import ConfigError
 from pfedkit.methods import METHODS
@@ -51,6 +51,20 @@ def build_config(raw: dict[str, Any]) -> Config:
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     raw = read_toml(path) if path is not None else {}
     return build_config(apply_overrides(raw, list(overrides)))
+
+
+def with_method_values(config: Config) -> Config:
+    """A copy whose [method] section states every hyper-parameter's value, defaults included."""
+    values = method_class(config.method.name).validate_params(config.method_params()).model_dump(mode="json")
+    copy = config.model_copy(deep=True)
+    copy.method = MethodSection(name=config.method.name, **values)
+    return copy
+
+
+def run_differences(old: Config, new: Config) -> list[str]:
+    """What makes two configs different runs ("key: old -> new"): a hyper-parameter left at its default and one
+    stated at that default are the same run."""
+    return config_differences(with_method_values(old), with_method_values(new))
 
 
 def read_saved_config(path: Path) -> Config:

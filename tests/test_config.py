@@ -81,3 +81,13 @@ def test_dump_round_trips():
     cfg = build_config({"method": {"name": "fedrep", "head_epochs": 4}, "data": {"options": {"size": 16}}})
     again = build_config(tomllib.loads(dump_toml(cfg.to_dict())))
     assert again == cfg
+
+
+def test_a_default_stated_or_left_out_is_the_same_run_and_another_value_is_not():
+    from pfedkit.registry import build_config, run_differences
+
+    base = {"data": {"dataset": "digits"}, "method": {"name": "fedrep"}}
+    stated = {"data": {"dataset": "digits"}, "method": {"name": "fedrep", "head_epochs": 10}}  # FedRep's default
+    other = {"data": {"dataset": "digits"}, "method": {"name": "fedrep", "head_epochs": 1}}
+    assert run_differences(build_config(base), build_config(stated)) == []
+    assert run_differences(build_config(base), build_config(other)) == ["method.head_epochs: 10 -> 1"]

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Optional
 import torch
 from tqdm import tqdm
 
-from pfedkit.config import Config, config_differences, save_config
+from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix
@@ -20,7 +20,7 @@ from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json
 from pfedkit.methods.base import Method
 from pfedkit.records import AFTER, State
-from pfedkit.registry import build_method, read_saved_config
+from pfedkit.registry import build_method, read_saved_config, run_differences
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
@@ -108,7 +108,7 @@ class RoundLoop:
         if resume:
             if saved.exists():
                 old = read_saved_config(saved)
-                if changes := config_differences(old, self.config):
+                if changes := run_differences(old, self.config):
                     raise PfedkitError(
                         f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
                         f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "

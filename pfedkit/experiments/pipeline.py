@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from pfedkit.config import Config, config_differences, merge
+from pfedkit.config import Config, merge
 from pfedkit.data.federated import build_federated
 from pfedkit.engine.divergence import DIVERGED, Diverged
 from pfedkit.engine.store import CHECKPOINT
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.runs import run_experiment
-from pfedkit.registry import build_config, read_saved_config
+from pfedkit.registry import build_config, read_saved_config, run_differences
 
 
 def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
@@ -32,7 +32,7 @@ def config_changes(saved: Path, config: Config) -> list[str]:
         old = read_saved_config(saved)
     except ConfigError as err:
         return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    return config_differences(old, config)
+    return run_differences(old, config)
 
 
 def run_folder(out: Path, folder: str, seed: int) -> Path:
