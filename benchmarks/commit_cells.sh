@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Commit the finished cells of a suite running in the background (checkpoints stay out, see .gitignore), with its
+# table redrawn from them. Usage: bash benchmarks/commit_cells.sh SUITE   (e.g. fedafk-kt)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+suite=$1
+out=benchmarks/results/${suite//-/_}
+python3 benchmarks/reproduce.py "$suite" --table-only > /dev/null
+finished=$(find "$out" -name summary.json -printf '%h\n' | sort)
+[ -n "$finished" ] || { echo "no finished cell in $out yet"; exit 0; }
+git add $finished "$out"/table.md "$out"/table.csv $(find "$out" -maxdepth 1 -name 'curves_*.png')
+git diff --cached --quiet && { echo "nothing new in $out"; exit 0; }
+git commit -q -m "$suite: finished cells $(echo "$finished" | sed "s|$out/||" | tr '\n' ' ')"
+echo "committed $(echo "$finished" | wc -l) finished cell(s) of $suite"
