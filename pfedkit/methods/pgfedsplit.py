@@ -31,7 +31,10 @@ EPS = 1e-6
 
 
 class PGFedSplitParams(HyperParams):
-    proto_weight: float = Field(5.0, ge=0, description="lambda of Eq. 14, with MSE-mean distance (methods.md 3.4-e); paper: 5")
+    proto_weight: float = Field(5.0, ge=0, description="lambda of Eq. 14; paper: 5")
+    proto_distance: Literal["mse", "squared-norm"] = Field(
+        "mse", description="Eq. 14's distance: mean squared error over the feature dimensions (nn.MSELoss, as FedPAC's "
+        "and PFLlib's code; methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same lambda")
     period_init: int = Field(5, ge=1, description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)")
     period_min: int = Field(1, ge=1, description="tau_min; not given, methods.md 3.4-d: 1")
     period_max: int = Field(20, ge=1, description="tau_max; not given, methods.md 3.4-d: 20")
@@ -155,6 +158,12 @@ class PGFedSplit(Method):
                 p.mul_(alpha).add_(payload[AGG + name], alpha=1 - alpha)
         return alpha
 
+    def prototype_term(self, features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor,
+                       available: torch.Tensor) -> torch.Tensor:
+        """Eq. 14's distance of each feature to its class's global prototype, batch mean, in the proto_distance reading."""
+        mse = prototype_mse(features, labels, protos, available)
+        return mse * features.shape[1] if self.params.proto_distance == "squared-norm" else mse
+
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         p, cfg = self.params, self.ctx.train
         model = self.load(payload, client)
@@ -168,7 +177,8 @@ class PGFedSplit(Method):
         if bool(available.any()) and p.proto_weight > 0:
             def loss_fn(m: SplitModel, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
                 features = m.body(xb)
-                return F.cross_entropy(m.head(features), yb) + p.proto_weight * prototype_mse(features, yb, payload["protos"], available)
+                return F.cross_entropy(m.head(features), yb) + p.proto_weight * self.prototype_term(
+                    features, yb, payload["protos"], available)
         self.fit(model, data, round, parts=("body",), loss_fn=loss_fn, purpose="body")
         reply = {**self.state_of(model), **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
                  "num_samples": data.num_train}
