@@ -26,6 +26,7 @@ class TrainSettings:
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
+    augment: str = "none"  # train.augment: "crop-flip" augments every training batch of an image data set
 
 
 @dataclass

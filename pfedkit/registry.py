@@ -91,5 +91,6 @@ def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
         lr=config.train.lr,
         momentum=config.train.momentum,
         weight_decay=config.train.weight_decay,
+        augment=config.train.augment,
     )
     return cls(params, MethodContext(factory, train, num_classes, config.run.seed, server))

@@ -46,11 +46,9 @@ class APFL(PartSharing):
         mixed = self.working_model("mixed")
         sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
         opt_global, opt_personal = torch.optim.SGD(glob.parameters(), **sgd), torch.optim.SGD(personal.parameters(), **sgd)
-        x, y = data.train_x, data.train_y
         for model in (glob, personal, mixed):
             model.train()
-        for idx in self.batches(data, round, "train"):
-            xb, yb = x[idx], y[idx]
+        for xb, yb in self.minibatches(data, round, "train"):
             # The gradient at the mixture, from this batch's starting point (before w or v move).
             mixed.load_state_dict(mixture(personal.state_dict(), glob.state_dict(), alpha))
             mixed.zero_grad(set_to_none=True)

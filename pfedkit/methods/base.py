@@ -18,6 +18,7 @@ from torch import nn
 
 from pfedkit.config import describe_validation_error
 from pfedkit.errors import ConfigError
+from pfedkit.methods.augment import crop_flip
 from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, MethodContext, State
 from pfedkit.seeding import seeded_torch, torch_generator
@@ -193,12 +194,11 @@ class Method:
             weight_decay=cfg.weight_decay if weight_decay is None else weight_decay,
         )
         loss_fn = loss_fn or cross_entropy_loss
-        x, y = data.train_x, data.train_y
         total, steps = 0.0, 0
         model.train()
         with frozen(p for n, p in model.named_parameters() if not trains(n)):
-            for idx in self.batches(data, round, purpose, epochs, drop_single=uses_batchnorm(model)):
-                loss = loss_fn(model, x[idx], y[idx])
+            for xb, yb in self.minibatches(data, round, purpose, epochs, drop_single=uses_batchnorm(model)):
+                loss = loss_fn(model, xb, yb)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -219,11 +219,21 @@ class Method:
                     continue
                 yield idx
 
+    def minibatches(self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None,
+                    drop_single: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The training batches of `batches` as (inputs, labels), images augmented as train.augment says (its draws
+        seeded apart from the order's, so the order is the same with and without augmentation)."""
+        x, y = data.train_x, data.train_y
+        augment = self.ctx.train.augment == "crop-flip" and x.dim() == 4
+        gen = torch_generator(self.ctx.seed, round, data.cid, purpose + "/augment") if augment else None
+        for idx in self.batches(data, round, purpose, epochs, drop_single):
+            yield (crop_flip(x[idx], gen) if augment else x[idx]), y[idx]
+
     def fit_head(self, model: SplitModel, data: ClientData, round: int, *, epochs: Optional[int] = None,
                  purpose: str = "head", **sgd: Any) -> float:
         """Train the head alone. With a deterministic body, on features computed once: the same updates
         (up to float rounding) without pushing every batch of every epoch through the frozen body."""
-        if not deterministic_body(model):
+        if not deterministic_body(model) or self.ctx.train.augment != "none":  # augmented inputs: no fixed features
             return self.fit(model, data, round, parts=("head",), epochs=epochs, purpose=purpose, **sgd)
         features = compute_features(model, data.train_x)
         head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)

@@ -101,14 +101,12 @@ class FedAFK(PartSharing):
         sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
         opt_global = torch.optim.SGD(glob.body.parameters(), **sgd)
         opt_personal = torch.optim.SGD(personal.body.parameters(), **sgd)
-        x, y = data.train_x, data.train_y
         for epoch in range(cfg.local_epochs):
             glob.train()
             personal.train()
             # phi_rd never trains; phi_i is frozen in steps (a)-(c)
             with frozen([*glob.head.parameters(), *personal.head.parameters()]):
-                for idx in self.batches(data, round, f"train-{epoch}", epochs=1):
-                    xb, yb = x[idx], y[idx]
+                for xb, yb in self.minibatches(data, round, f"train-{epoch}", epochs=1):
                     # (a) the global extractor under the fixed random head (Eq. 4)
                     sup = F.cross_entropy(glob(xb), yb)
                     opt_global.zero_grad(set_to_none=True)

@@ -55,8 +55,7 @@ class FedRoD(PartSharing):
         sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
         opt_generic, opt_personal = torch.optim.SGD(model.parameters(), **sgd), torch.optim.SGD(head.parameters(), **sgd)
         model.train()
-        for idx in self.batches(data, round, "train"):
-            x, y = data.train_x[idx], data.train_y[idx]
+        for x, y in self.minibatches(data, round, "train"):
             z = model.body(x)
             generic = model.head(z)
             opt_generic.zero_grad(set_to_none=True)

@@ -43,8 +43,7 @@ class PFedMe(PartSharing):
         params = dict(personal.named_parameters())
         inner = torch.optim.SGD(params.values(), lr=p.personal_lr)
         personal.train()
-        for idx in self.batches(data, round, "train"):
-            x, y = data.train_x[idx], data.train_y[idx]
+        for x, y in self.minibatches(data, round, "train"):
             for _ in range(p.inner_steps):
                 proximal = sum((params[k] - local[k]).pow(2).sum() for k in params)
                 loss = F.cross_entropy(personal(x), y) + p.reg / 2 * proximal
