@@ -66,6 +66,7 @@ class TrainSection(Section):
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
     join_ratio: float = Field(1.0, gt=0, le=1)
+    full_last_round: bool = False  # every client trains in the last training round (FedPAC's code with 100 clients)
     # training batches only: a random crop of the image padded by 4 and a left-right flip (FedPAC's CIFAR code)
     augment: Literal["none", "crop-flip"] = "none"
 

@@ -106,3 +106,9 @@ def test_every_other_kind_of_method_is_measured_after_its_update(tmp_path, name)
     summary = simulate(synthetic(method={"name": name}, eval={"point": "both"}, train={"rounds": 2}),
                        tmp_path, progress=False)
     assert 0 < summary["best_acc_after"] <= 1 and summary["last_round_after"] == 1
+
+
+def test_full_last_round_trains_every_client_in_the_last_round_only(tmp_path):
+    simulate(synthetic(train={"rounds": 4, "join_ratio": 0.5, "full_last_round": True}), tmp_path, progress=False)
+    trained = [int(r["clients_trained"]) for r in read_csv(tmp_path / "metrics.csv")]
+    assert trained == [3, 3, 3, 6, 0]  # 6 clients at 0.5, all of them in round 3, none in the evaluation-only round 4

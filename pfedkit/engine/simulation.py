@@ -158,7 +158,10 @@ class RoundLoop:
         return {cid: self.method.broadcast(self.server, round, cid) for cid in cids}
 
     def sample(self, round: int) -> list[int]:
-        return sample_clients(self.num_clients, self.config.train.join_ratio, self.config.run.seed, round)
+        train = self.config.train
+        if train.full_last_round and round == train.rounds - 1:
+            return list(range(self.num_clients))
+        return sample_clients(self.num_clients, train.join_ratio, self.config.run.seed, round)
 
     def diverged(self, round: int, where: str, messages: dict[int, State]) -> None:
         """Stop the run when any message holds inf or NaN."""
