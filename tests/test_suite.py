@@ -82,3 +82,25 @@ def test_after_local_runs_are_read_at_their_own_point(tmp_path):
     assert run_facts([folder]) == [
         "Evaluated right after each trained client's local update (FedPAC's released code, FL-bench).",
         "Data: CIFAR-10, JPEG copy (sha256 0bfcb68717a0…)."]
+
+
+def both_points_run(folder, start, after):
+    folder.mkdir(parents=True)
+    rows = [{"round": i, "acc": s, "acc_after": a} for i, (s, a) in enumerate(zip(start, after))]
+    atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc", "acc_after"])
+    (folder / "summary.json").write_text(json.dumps({
+        "eval_point": "both", "rounds": len(start) - 1, "best_acc": max(start), "last_acc": start[-1],
+        "best_acc_after": max(after), "last_acc_after": after[-1]}))
+
+
+def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    both_points_run(tmp_path / "col" / "a" / "seed0", [0.5, 0.6], [0.8, 0.7])  # a leads at the start point
+    both_points_run(tmp_path / "col" / "b" / "seed0", [0.4, 0.5], [0.9, 0.9])  # b leads after local training
+    lines, _ = paper_table(tmp_path, {"col": "Col"}, ["a", "b"], {})
+    assert lines[0] == "| method | Col ours (best) | last | after local: best | last | paper | best - paper |"
+    assert lines[2] == "| a | 60.00 ? | 60.00 | 80.00 | 70.00 | - | - |"
+    claim = {"text": "a above b", "column": "col", "rows": ["a", "b"]}
+    assert check_claims([claim], tmp_path, 1) == ["- a above b: holds (a 60.00, b 50.00)"]
+    assert check_claims([{**claim, "point": "after-local"}], tmp_path, 1) == ["- a above b: does not hold (a 70.00, b 90.00)"]

@@ -4,19 +4,20 @@
   with two or more shared seeds, seed by seed (a seed fixes the partition and the sampled clients for every row), and a
   claim that holds on some seeds and not on others is reported as mixed.
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
+A claim may name the evaluation `point` it is judged at ("start" or "after-local", for runs that measured both).
 """
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from pfedkit.reports.tables import finished_runs, mean_of_last
 
 
-def finals(out: Path, column: str, row: str, k: int) -> dict[str, float]:
-    """Seed folder name -> the mean accuracy (%) of the run's last k evaluations."""
-    return {d.name: 100 * mean_of_last(d, k) for d in finished_runs(out / column, row)}
+def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None) -> dict[str, float]:
+    """Seed folder name -> the mean accuracy (%) of the run's last k evaluations (at `point`, else the run's own)."""
+    return {d.name: 100 * mean_of_last(d, k, point) for d in finished_runs(out / column, row)}
 
 
 def verdict(first: Mapping[str, float], other: Mapping[str, float]) -> str:
@@ -30,7 +31,7 @@ def verdict(first: Mapping[str, float], other: Mapping[str, float]) -> str:
 
 def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     first, *others = claim["rows"]
-    runs = {row: finals(out, claim["column"], row, k) for row in claim["rows"]}
+    runs = {row: finals(out, claim["column"], row, k, claim.get("point")) for row in claim["rows"]}
     if not all(runs.values()):
         return f"- {claim['text']}: not run"
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
@@ -40,8 +41,8 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
 
 
 def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
-    runs = finals(out, claim["column"], claim["row"], k)
-    reference = finals(out, claim["reference"], claim["row"], k)
+    runs = finals(out, claim["column"], claim["row"], k, claim.get("point"))
+    reference = finals(out, claim["reference"], claim["row"], k, claim.get("point"))
     if not runs or not reference:
         return f"- {claim['text']}: not run"
     value, base = statistics.fmean(runs.values()), statistics.fmean(reference.values())

@@ -236,13 +236,15 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
                           "paper": suite.columns[c].paper.get(r, "")}
                 if suite.last_k:
                     record[f"mean_last_{suite.last_k}"] = mean_of_last(run, suite.last_k)
+                record.update({k: summary[k] for k in ("best_acc_after", "last_acc_after") if k in summary})
                 records.append(record)
             if runs := finished_runs(out / c, r):
                 curves[r] = mean_curve(runs)
         if curves:
             save_curves(curves, out / f"curves_{c}.png", title=f"{suite.paper}, {suite.columns[c].label}")
     fields = ["column", "method", "seed", "rounds", "best_acc", "last_acc", "eval_point", "curve"] + (
-        [f"mean_last_{suite.last_k}"] if suite.last_k else []) + ["paper"]
+        [f"mean_last_{suite.last_k}"] if suite.last_k else []) + ["paper"] + (
+        ["best_acc_after", "last_acc_after"] if any("best_acc_after" in r for r in records) else [])
     atomic_write_csv(out / "table.csv", records, fields)
     return table
 

@@ -18,8 +18,8 @@ SUITE_KEYS = {"name", "paper", "rows", "base", "columns", "scales", "row_changes
               "last_k", "cost_column", "notes"}
 COLUMN_KEYS = {"label", "changes", "paper", "rows", "row_changes", "source"}
 SCALE_KEYS = {"about", "round_s", "changes", "row_changes"}
-CLAIM_KEYS = {"above": {"text", "column", "rows"},
-              "within": {"kind", "text", "column", "row", "reference", "points", "label"}}
+CLAIM_KEYS = {"above": {"text", "column", "rows", "point"},  # point: the evaluation point judged, else each run's own
+              "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"}}
 
 
 def _check(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:

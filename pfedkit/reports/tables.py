@@ -55,16 +55,18 @@ def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def headline_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """(round, accuracy) of every evaluated round, at the run's evaluation point (a run before eval.point: start)."""
-    column = accuracy_column(summary_of(run_dir).get("eval_point", "start"))
+def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int, float]]:
+    """(round, accuracy) of every evaluated round, at `point` ("start" or "after-local"; a run measured at both has
+    both), else at the run's own evaluation point (a run before eval.point: start)."""
+    column = accuracy_column(point or summary_of(run_dir).get("eval_point", "start"))
     return [(int(r["round"]), float(r[column])) for r in read_csv(run_dir / "metrics.csv")
             if r.get(column) not in (None, "")]
 
 
-def mean_of_last(run_dir: Path, k: int) -> float:
-    """Mean sample-weighted accuracy over the last k evaluated rounds (FedPAC's "final accuracy", methods.md 4.4)."""
-    return statistics.fmean(acc for _, acc in headline_curve(run_dir)[-k:])
+def mean_of_last(run_dir: Path, k: int, point: Optional[str] = None) -> float:
+    """Mean sample-weighted accuracy over the last k evaluated rounds (FedPAC's "final accuracy", methods.md 4.4), at
+    `point` or the run's own."""
+    return statistics.fmean(acc for _, acc in headline_curve(run_dir, point)[-k:])
 
 
 def mean_curve(runs: Sequence[Path]) -> list[dict[str, float]]:
@@ -119,7 +121,9 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
     """Markdown lines: per column ours (best, last, and the mean of the last k rounds if asked) beside the paper's
     number; and the set of round counts the finished runs used. A row outside a column's `column_rows` shows
     "n/a" there (not part of that column), where "not run" means a cell still to run."""
-    per_column = ["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else []) + ["paper", "best - paper"]
+    both = any(summary_of(d).get("eval_point") == "both" for c in columns for m in rows for d in finished_runs(out / c, m))
+    per_column = (["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else [])
+                  + (["after local: best", "last"] if both else []) + ["paper", "best - paper"])
     header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
                                         for c in columns for i, h in enumerate(per_column)) + " |"
     lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
@@ -136,13 +140,16 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
             row_rounds[method].update(s["rounds"] for s in summaries)
             if not runs and (diverged := diverged_rounds(out / col, method)):
-                cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k))
+                cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k) + 2 * both)
             else:
                 trend = TREND_MARKS[cell_trend(runs)] if runs else ""
                 cells += [cell([100 * s["best_acc"] for s in summaries]) + trend,
                           cell([100 * s["last_acc"] for s in summaries])]
                 if last_k:
                     cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
+                if both:  # the after-local point of the runs that measured it
+                    cells += [cell([100 * s["best_acc_after"] for s in summaries if "best_acc_after" in s]),
+                              cell([100 * s["last_acc_after"] for s in summaries if "last_acc_after" in s])]
             number = paper.get(method, {}).get(col)
             cells.append("-" if number is None else f"{number:.2f}")
             best = [100 * s["best_acc"] for s in summaries]
