@@ -116,19 +116,23 @@ def test_a_client_receives_its_own_combined_head_with_the_global_body_and_centro
     assert "head.weight" not in method.broadcast(server, 1, cid=5)  # never selected: no combined head yet
 
 
-def test_proto_softmax_weights_equal_a_hand_computed_softmax():
-    method = make("fedpac-proto")
+@pytest.mark.parametrize("direction", ["others-through-own", "own-through-others"])
+def test_proto_softmax_weights_equal_a_hand_computed_softmax(direction):
+    """Eq. 12-13 in both index readings: f_ij = client j's prototypes through i's head (the report's text), or
+    client i's prototypes through j's head (the transposed reading); alpha_i = softmax over j of -f_ij."""
+    method = make("fedpac-proto", params={"proto_direction": direction})
     replies = fedpac_replies(method, seed=2)
     replies[3]["proto_counts"] = torch.tensor([4, 0])  # client 3 lacks class 1: its term covers class 0 only
     cids = sorted(replies)
     losses = torch.zeros(3, 3)
     for i, ci in enumerate(cids):
-        w, b = replies[ci]["head.weight"], replies[ci]["head.bias"]
         for j, cj in enumerate(cids):
+            head_of, protos_of = (ci, cj) if direction == "others-through-own" else (cj, ci)
+            w, b = replies[head_of]["head.weight"], replies[head_of]["head.bias"]
             terms = []
             for k in range(2):
-                if replies[cj]["proto_counts"][k] > 0:
-                    logits = replies[cj]["protos"][k] @ w.T + b
+                if replies[protos_of]["proto_counts"][k] > 0:
+                    logits = replies[protos_of]["protos"][k] @ w.T + b
                     terms.append(torch.logsumexp(logits, 0) - logits[k])  # cross-entropy of class k
             losses[i, j] = sum(terms) / len(terms)
     expected = torch.exp(-losses) / torch.exp(-losses).sum(1, keepdim=True)
