@@ -42,6 +42,9 @@ class PartitionSection(Section):
     max_redraws: int = Field(1000, ge=1)
     samples_per_client: int = Field(600, ge=1)
     uniform_share: float = Field(0.2, ge=0, le=1)
+    # dominant-classes: a class that runs out is dealt again from its start, so clients share samples (FedPAC's code
+    # does this, e.g. 100 clients x 600 on CIFAR-10's 50,000); false: an error names the class that ran out
+    reuse_samples: bool = False
     test_fraction: float = Field(0.25, gt=0, lt=1)  # protocol pfllib
     test_per_client: Optional[int] = Field(None, ge=1)  # protocol official-test; None keeps the official train/test ratio
 

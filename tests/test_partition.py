@@ -263,3 +263,18 @@ def test_data_fraction_keeps_each_class_share_of_each_split_seeded():
     assert not torch.equal(keep_fraction(source, 0.2, seed=1).train_x, small.train_x)
     config = build_config({"data": {"dataset": "synthetic", "fraction": 0.2}, "partition": {"scheme": "iid", "clients": 4}})
     assert sum(build_federated(config).train_sizes()) + sum(build_federated(config).test_sizes()) == len(small.train_y) + len(small.test_y)
+
+
+def test_dominant_classes_can_deal_a_class_again_as_fedpacs_code_does():
+    labels = np.repeat(np.arange(10), 500)  # CIFAR-10's shape at a tenth: 500 per class
+    with pytest.raises(DataError, match="class 0 ran out"):
+        partition_labels(labels, "dominant-classes", 20, 0, samples_per_client=600)
+    clients = partition_labels(labels, "dominant-classes", 20, 0, samples_per_client=600, reuse_samples=True)
+    assert [len(c) for c in clients] == [600] * 20
+    for cid, idx in enumerate(clients):
+        counts = np.bincount(labels[idx], minlength=10)
+        group = cid % 5
+        assert set(np.flatnonzero(counts > 12)) == {2 * group % 10, (2 * group + 1) % 10, (2 * group + 2) % 10}
+        assert len(np.unique(idx)) == 600  # a client never holds a sample twice here
+    uses = np.bincount(np.concatenate(clients), minlength=len(labels)).reshape(10, 500)
+    assert all(row.max() - row.min() <= 1 for row in uses)  # each class dealt evenly from its start again

@@ -103,6 +103,7 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
         max_redraws=part.max_redraws,
         samples_per_client=part.samples_per_client,
         uniform_share=part.uniform_share,
+        reuse_samples=part.reuse_samples,
         num_classes=source.num_classes,
     )
     if config.eval.protocol == "pfllib":

@@ -34,7 +34,7 @@ def pfllib_min_samples(num_labels: int, num_clients: int, batch_size: int = 10, 
 def partition_labels(labels: np.ndarray, scheme: str, num_clients: int, seed: int, *,
                      beta: float = 0.1, classes_per_client: int = 2, balanced: bool = False,
                      min_samples: int | None = None, max_redraws: int = 1000,
-                     samples_per_client: int = 600, uniform_share: float = 0.2,
+                     samples_per_client: int = 600, uniform_share: float = 0.2, reuse_samples: bool = False,
                      num_classes: int | None = None) -> list[np.ndarray]:
     """One sorted int64 array of indices into `labels` per client.
 
@@ -45,7 +45,9 @@ def partition_labels(labels: np.ndarray, scheme: str, num_clients: int, seed: in
         n*cpc/C clients; a class is cut into equal shards (`balanced`) or shards proportional to uniform draws in
         PFLlib's range [max(per/10, min_samples/C), per), with every sample assigned.
     dominant-classes: FedPAC's noniid_s: `samples_per_client` each, `uniform_share` of them spread over all
-        classes, the rest over 3 classes {2g, 2g+1, 2g+2} mod C of group g = i mod (C // 2); no sample reused.
+        classes, the rest over 3 classes {2g, 2g+1, 2g+2} mod C of group g = i mod (C // 2); no sample reused, unless
+        `reuse_samples`: then a class that runs out is dealt again from its start (FedPAC's code), and a client holds
+        a sample twice only if it needs more of a class than the class has.
     """
     labels, num_classes = _check_labels(labels, num_classes, "labels")
     if scheme not in SCHEMES:
@@ -68,7 +70,7 @@ def partition_labels(labels: np.ndarray, scheme: str, num_clients: int, seed: in
     elif scheme == "pathological":
         counts = _pathological_counts(labels, num_classes, n, classes_per_client, balanced, min_samples, rng)
     else:
-        counts = _dominant_counts(labels, num_classes, n, samples_per_client, uniform_share)
+        counts = _dominant_counts(labels, num_classes, n, samples_per_client, uniform_share, reuse_samples)
     return _assign(labels, num_classes, counts, rng)
 
 
@@ -134,7 +136,7 @@ def draw_test_like(train_labels: np.ndarray, client_train_indices: list[np.ndarr
             )
         # A random key per test sample, sorted within each class, gives a fresh without-replacement draw per client.
         order = np.lexsort((_rng(seed, _TEST_SALT, cid).random(len(test_labels)), test_labels))
-        out.append(np.sort(order[_first_per_class(starts, want)]).astype(np.int64))
+        out.append(np.sort(order[_first_per_class(starts, want, available)]).astype(np.int64))
     return out
 
 
@@ -235,7 +237,8 @@ def _pathological_counts(labels: np.ndarray, num_classes: int, n: int, cpc: int,
     return counts
 
 
-def _dominant_counts(labels: np.ndarray, num_classes: int, n: int, per_client: int, share: float) -> np.ndarray:
+def _dominant_counts(labels: np.ndarray, num_classes: int, n: int, per_client: int, share: float,
+                     reuse: bool = False) -> np.ndarray:
     if num_classes < 3:
         raise DataError(f"dominant-classes needs at least 3 classes, got {num_classes}; use another scheme")
     if per_client < 1:
@@ -259,7 +262,7 @@ def _dominant_counts(labels: np.ndarray, num_classes: int, n: int, per_client: i
         demand[clients[:, None], dom[clients[:, None], (clients[:, None] + np.arange(spare)) % 3]] += 1
     need, available = demand.sum(axis=0), np.bincount(labels, minlength=num_classes)
     short = np.flatnonzero(need > available)
-    if short.size:
+    if short.size and not reuse:
         k = int(short[0])
         raise DataError(
             f"dominant-classes: class {k} ran out: the clients need {need[k]} of its samples but there are only "
@@ -276,16 +279,17 @@ def _assign(labels: np.ndarray, num_classes: int, counts: np.ndarray, rng: np.ra
     available = np.bincount(labels, minlength=num_classes)
     starts = np.concatenate([[0], np.cumsum(available)[:-1]])
     order = np.lexsort((rng.random(len(labels)), labels))  # samples grouped by class, shuffled within each class
-    idx = order[_first_per_class(starts, counts.sum(axis=1))].astype(np.int64)
+    idx = order[_first_per_class(starts, counts.sum(axis=1), available)].astype(np.int64)
     owner = np.repeat(np.tile(np.arange(n), num_classes), counts.ravel())
     by_client = idx[np.lexsort((idx, owner))]
     return np.split(by_client, np.cumsum(np.bincount(owner, minlength=n))[:-1])
 
 
-def _first_per_class(starts: np.ndarray, take: np.ndarray) -> np.ndarray:
-    """Positions of the first take[k] entries of each class block beginning at starts[k]."""
+def _first_per_class(starts: np.ndarray, take: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Positions of the first take[k] entries of each class block of sizes[k] beginning at starts[k], from its start
+    again where take[k] exceeds sizes[k]."""
     offsets = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
-    return np.repeat(starts, take) + offsets
+    return np.repeat(starts, take) + offsets % np.maximum(np.repeat(sizes, take), 1)
 
 
 def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
