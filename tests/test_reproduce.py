@@ -148,3 +148,13 @@ def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(t
     with pytest.raises(ConfigError, match=r"rows fedpacc are not in the suite's rows"):
         suite_from_toml(bad)
     assert SUITES["heart-table1"].columns["in-domain"].source.startswith("Table 1")  # where the numbers come from
+
+
+def test_every_claim_compares_rows_that_differ_only_in_what_it_names():
+    """Like with like: the rows a claim compares have the same data, partition, model, training, evaluation and run
+    settings, and a method and its variant the same shared hyper-parameters, except the keys the claim names."""
+    from pfedkit.experiments.reproduce import claim_differences
+
+    unlike = {f"{name}: {claim['text']}": found for name, suite in SUITES.items() for claim in suite.claims
+              if (found := claim_differences(suite, claim))}
+    assert unlike == {}

@@ -88,6 +88,32 @@ def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequ
     return apply_overrides(raw, list(overrides))
 
 
+def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "small") -> list[str]:
+    """How the rows an "above" claim compares differ beyond what it names (`differ_in`): every config key of the
+    first row against each other row's. Two different methods are compared on everything but their hyper-parameters;
+    a method and its variant or subclass (HEART-PFL and PerAda) on their shared hyper-parameters too."""
+    from pfedkit.config import flat
+    from pfedkit.registry import method_class, with_method_values
+
+    rows = claim.get("rows", [])
+    configs = {r: with_method_values(method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0))
+               for r in rows}
+    allowed = set(claim.get("differ_in", ()))
+    found = []
+    first = rows[0] if rows else None
+    for other in rows[1:]:
+        a, b = configs[first], configs[other]
+        cls_a, cls_b = method_class(a.method.name), method_class(b.method.name)
+        related = issubclass(cls_a.Params, cls_b.Params) or issubclass(cls_b.Params, cls_a.Params)
+        fa, fb = flat(a.to_dict()), flat(b.to_dict())
+        for key in sorted(fa.keys() | fb.keys()):
+            own = key.startswith("method.") and (not related or key not in fa or key not in fb)
+            if key == "method.name" or own or key in allowed or fa.get(key) == fb.get(key):
+                continue
+            found.append(f"{first} vs {other}: {key} {fa.get(key)!r} -> {fb.get(key)!r}")
+    return found
+
+
 OUT = "{out}/"  # a string value starting so names a file in the suite's output folder
 
 
@@ -216,7 +242,10 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
     if suite.notes:
         lines += ["", suite.notes]
     if suite.claims:
-        lines += ["", "The paper's claims on these runs:", "", *check_claims(suite.claims, out, suite.last_k or 1)]
+        lines += ["", "The paper's claims on these runs:", ""]
+        for claim, line in zip(suite.claims, check_claims(suite.claims, out, suite.last_k or 1)):
+            unlike = claim_differences(suite, claim, scale)  # a claim is only as good as the likeness of its rows
+            lines.append(line + (f" [not like with like: {'; '.join(unlike[:3])}]" if unlike else ""))
     for c, problem in missing.items():
         lines += ["", f"Column {c} not run: {problem}"]
     if suite.cost_column and (out / suite.cost_column).is_dir():

@@ -18,7 +18,9 @@ SUITE_KEYS = {"name", "paper", "rows", "base", "columns", "scales", "row_changes
               "last_k", "cost_column", "notes"}
 COLUMN_KEYS = {"label", "changes", "paper", "rows", "row_changes", "source"}
 SCALE_KEYS = {"about", "round_s", "changes", "row_changes"}
-CLAIM_KEYS = {"above": {"text", "column", "rows", "point"},  # point: the evaluation point judged, else each run's own
+# point: the evaluation point judged, else each run's own; differ_in: the config keys in which the compared rows may
+# differ (what the paper says differs), beyond the methods themselves
+CLAIM_KEYS = {"above": {"text", "column", "rows", "point", "differ_in"},
               "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"}}
 
 
