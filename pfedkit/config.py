@@ -96,7 +96,11 @@ class RunSection(Section):
     checkpoint_every: int = Field(10, ge=1)
     # cpu, or cuda / cuda:N: the whole simulation on one GPU (one worker process; not the Flower nodes)
     device: str = "cpu"
-    workers: int = Field(0, ge=0)  # 0: one worker process per core
+    workers: int = Field(0, ge=0)  # 0: one worker process per core (Ray: one actor per CPU of the cluster, at most 64)
+    # where client work runs: "local" (a pool of this machine's processes) or "ray" (actors on a Ray cluster;
+    # pip install -e ".[ray]"); the same run ends with the same metrics on either
+    backend: Literal["local", "ray"] = "local"
+    ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
 
     @field_validator("device")
     @classmethod
@@ -223,7 +227,8 @@ def dump_toml(data: dict[str, Any]) -> str:
 
 # Keys that say where files are or how a run is carried out, not what it computes: a run may change them and stay
 # the same run (the data themselves are checked by data.checksum).
-PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every")
+PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
+                  "run.backend", "run.ray_address")
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:

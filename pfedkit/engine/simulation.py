@@ -15,7 +15,7 @@ from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix
 from pfedkit.engine.evaluation import summarize_round, summarize_run
 from pfedkit.engine.store import CHECKPOINT, RunLock, load_checkpoint, save_checkpoint
-from pfedkit.engine.workers import Executor, Task
+from pfedkit.engine.workers import Executor, Task, make_executor
 from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json
 from pfedkit.methods.base import Method
@@ -350,7 +350,9 @@ class Simulation(RoundLoop):
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
         workers = self.config.run.workers if self.device.type == "cpu" else 1  # CUDA does not survive a fork
-        with self.device_scope(), Executor(self.method, self.fed, workers) as executor:
+        run = self.config.run
+        with self.device_scope(), make_executor(run.backend, self.method, self.fed, workers,
+                                                address=run.ray_address) as executor:
             self.executor = executor
             try:
                 yield

@@ -5,13 +5,14 @@ per-step overhead runs in parallel and no thread sits idle on a 10-sample convol
 """
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -78,6 +79,24 @@ def _worker_run(task: Task) -> tuple[int, Any, float]:
     return cid, result, time.perf_counter() - start
 
 
+# Executors by run.backend; an optional backend's package registers itself here when imported (pfedkit.ray).
+BACKENDS: dict[str, Callable[..., "Executor"]] = {}
+OPTIONAL_BACKENDS = {"ray": ("pfedkit.ray", "ray")}  # backend -> (its module, the pip extra it needs)
+
+
+def make_executor(backend: str, method: Method, fed: Any, workers: int, **options: Any) -> "Executor":
+    """The executor run.backend names; an optional one is imported only when a run asks for it (the core never
+    imports Ray)."""
+    if backend not in BACKENDS and backend in OPTIONAL_BACKENDS:
+        module, extra = OPTIONAL_BACKENDS[backend]
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise PfedkitError(f"run.backend = {backend!r} needs the {extra} extra ({err}); install it with "
+                               f'pip install -e ".[{extra}]", or set run.backend = "local"') from None
+    return BACKENDS[backend](method, fed, workers, **options)
+
+
 def default_workers(requested: int) -> int:
     return requested if requested > 0 else max(1, min(os.cpu_count() or 1, 8))
 
@@ -85,7 +104,7 @@ def default_workers(requested: int) -> int:
 class Executor:
     """Runs tasks and yields (cid, result) as they finish; the order of results never changes a number."""
 
-    def __init__(self, method: Method, fed: Any, workers: int):
+    def __init__(self, method: Method, fed: Any, workers: int, **options: Any):
         global _SHARED
         self.method, self.fed = method, fed
         self.workers = default_workers(workers)
@@ -128,3 +147,6 @@ class Executor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+BACKENDS["local"] = Executor

@@ -1,0 +1,128 @@
+"""RayExecutor: the engine's Executor interface (run tasks, yield (cid, result) as they finish) on Ray actors."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Iterator
+
+import numpy as np
+import ray
+import torch
+from ray.exceptions import RayActorError
+from ray.util import ActorPool
+
+from pfedkit.engine.workers import BACKENDS, Task, pack, run_task, unpack
+from pfedkit.errors import PfedkitError
+from pfedkit.methods.base import Method
+
+MAX_ACTORS = 64
+RESTARTS = 3  # an actor lost mid-round (killed, node gone) is restarted this often, its task retried on it
+
+
+@ray.remote
+class ClientWorker:
+    """One process of the cluster holding the method and the data for the run; it runs tasks one at a time."""
+
+    def __init__(self, method: Method, fed: Any, threads: int):
+        torch.set_num_threads(threads)  # as the local pool's workers: one thread each, so numbers agree
+        self.method, self.fed = method, fed
+
+    def run(self, task: Task) -> tuple[int, Any]:
+        task.payload, task.client = unpack(task.payload), unpack(task.client)
+        cid, result = run_task(self.method, self.fed, task)
+        if task.kind == "train":
+            result = (pack(result[0]), pack(result[1]), result[2])
+        return cid, result
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def owned(state: dict[str, Any]) -> dict[str, Any]:
+    """Tensors the driver owns: arrays from Ray's object store are read-only views, and a state may be changed in place."""
+    return {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+
+
+CONNECT_S = 5.0
+
+
+def reachable(address: str) -> bool:
+    """Whether a "host:port" address accepts a connection (Ray itself would retry for minutes); other forms
+    ("auto", "ray://...") are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return True
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_S):
+            return True
+    except OSError:
+        return False
+
+
+def connect(address: str) -> bool:
+    """Join the cluster at `address` (else $RAY_ADDRESS, else start a local one); True if this call started Ray."""
+    if ray.is_initialized():
+        return False
+    target = address or os.environ.get("RAY_ADDRESS") or None
+    if target and not reachable(target):
+        raise PfedkitError(f"cannot reach the Ray cluster at {target!r} (nothing answers there within "
+                           f"{CONNECT_S:.0f} s); start one with `ray start --head`, fix run.ray_address (or RAY_ADDRESS), "
+                           "or leave both empty to start a local Ray for the run")
+    try:
+        ray.init(address=target, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise PfedkitError(f"cannot reach the Ray cluster at {target!r} ({str(err).splitlines()[0]}); start one with "
+                           "`ray start --head`, fix run.ray_address (or RAY_ADDRESS), or leave both empty to start a "
+                           "local Ray for the run") from None
+    return True
+
+
+class RayExecutor:
+    """Tasks on `workers` actors (0: one per CPU of the cluster, at most MAX_ACTORS)."""
+
+    def __init__(self, method: Method, fed: Any, workers: int, address: str = "", **options: Any):
+        self.started = connect(address)
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            self.workers = workers if workers > 0 else max(1, min(cpus, MAX_ACTORS))
+            if self.workers > cpus:
+                raise PfedkitError(f"run.workers = {self.workers} Ray actors need {self.workers} CPUs, but the cluster "
+                                   f"has {cpus}; lower run.workers or add nodes")
+            # sent once, shared by every actor on a node; held for the run so that a restarted actor finds them
+            self.refs = (ray.put(method), ray.put(fed))
+            worker = ClientWorker.options(num_cpus=1, max_restarts=RESTARTS, max_task_retries=RESTARTS)
+            self.actors = [worker.remote(*self.refs, 1) for _ in range(self.workers)]
+            ray.get([a.pid.remote() for a in self.actors])  # every actor built before round 0, or a clear error here
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, tasks: list[Task]) -> Iterator[tuple[int, Any]]:
+        ordered = sorted(tasks, key=lambda t: -t.cost)  # largest first balances the actors
+        for task in ordered:
+            task.payload, task.client = pack(task.payload), pack(task.client)
+        train = bool(ordered) and ordered[0].kind == "train"
+        pool = ActorPool(self.actors)
+        try:
+            for cid, result in pool.map_unordered(lambda actor, task: actor.run.remote(task), ordered):
+                yield cid, ((owned(result[0]), owned(result[1]), result[2]) if train else result)
+        except RayActorError as err:
+            raise PfedkitError(f"a Ray actor was lost during round {ordered[0].round} and could not be restarted "
+                               f"({str(err).splitlines()[0]}); resume the run with --resume") from None
+
+    def close(self) -> None:
+        for actor in getattr(self, "actors", []):
+            ray.kill(actor)
+        self.actors = []
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+            self.started = False
+
+    def __enter__(self) -> "RayExecutor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+BACKENDS["ray"] = RayExecutor

@@ -1,0 +1,62 @@
+"""The Ray backend: the same run ends with the same metrics as on the local backend, also when an actor dies."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pfedkit.engine.simulation import Simulation, simulate
+from pfedkit.errors import PfedkitError
+from pfedkit.io import read_csv
+from tests.test_engine import COMPARED, synthetic
+
+ray = pytest.importorskip("ray")
+
+
+def test_an_unreachable_cluster_fails_before_round_0_naming_the_fix(tmp_path):
+    if ray.is_initialized():  # first in this file, before the module's Ray starts
+        pytest.skip("a Ray is already running in this process")
+    config = synthetic(run={"backend": "ray", "ray_address": "127.0.0.1:1"})
+    with pytest.raises(PfedkitError, match=r"cannot reach the Ray cluster at '127.0.0.1:1'.*ray start --head"):
+        simulate(config, tmp_path, progress=False)
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One Ray for the module (starting one costs seconds), two CPUs as this project's machine."""
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def metrics(folder):
+    return [[r[k] for k in COMPARED] for r in read_csv(folder / "metrics.csv")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fedavg", "fedper"])
+def test_ray_and_local_backends_end_with_the_same_metrics(tmp_path, local_ray, method):
+    for backend in ("local", "ray"):
+        simulate(synthetic(method={"name": method}, train={"rounds": 3}, run={"workers": 2, "backend": backend}),
+                 tmp_path / backend, progress=False)
+    assert metrics(tmp_path / "ray") == metrics(tmp_path / "local")
+    assert (tmp_path / "ray" / "checkpoint.pt").exists()
+
+
+class KillsAnActor(Simulation):
+    """Kills one actor (Ray restarts it and retries its task) while round 1's local updates run."""
+
+    def train_clients(self, round, payloads, evaluate_after=False):
+        if round == 1:
+            actor = self.executor.actors[0]
+            threading.Timer(0.3, lambda: ray.kill(actor, no_restart=False)).start()
+        return super().train_clients(round, payloads, evaluate_after)
+
+
+@pytest.mark.slow
+def test_a_killed_actor_is_restarted_and_the_run_ends_as_it_would_have(tmp_path, local_ray):
+    config = synthetic(train={"rounds": 3, "local_epochs": 15}, run={"workers": 2, "backend": "ray"})
+    KillsAnActor(config, tmp_path / "killed", progress=False).run()
+    simulate(config, tmp_path / "straight", progress=False)
+    assert metrics(tmp_path / "killed") == metrics(tmp_path / "straight")
