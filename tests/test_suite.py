@@ -104,3 +104,15 @@ def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
     claim = {"text": "a above b", "column": "col", "rows": ["a", "b"]}
     assert check_claims([claim], tmp_path, 1) == ["- a above b: holds (a 60.00, b 50.00)"]
     assert check_claims([{**claim, "point": "after-local"}], tmp_path, 1) == ["- a above b: does not hold (a 70.00, b 90.00)"]
+
+
+def test_one_seed_cannot_tell_a_gap_within_the_noise_of_its_last_evaluations(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    fake_run(tmp_path / "col" / "a" / "seed0", [0.80, 0.90, 0.80, 0.90], 3)  # last 4: mean 85, spread 5.8 points
+    fake_run(tmp_path / "col" / "b" / "seed0", [0.84, 0.84, 0.84, 0.84], 3)
+    fake_run(tmp_path / "col" / "c" / "seed0", [0.70, 0.70, 0.70, 0.70], 3)
+    near = check_claims([{"text": "a above b", "column": "col", "rows": ["a", "b"]}], tmp_path, 4)[0]
+    assert near.startswith("- a above b: cannot tell on one seed (gap +1.00, within 2 standard errors of 2.89)")
+    far = check_claims([{"text": "a above c", "column": "col", "rows": ["a", "c"]}], tmp_path, 4)[0]
+    assert far == "- a above c: holds (a 85.00, c 70.00)"

@@ -2,17 +2,19 @@
 
 - "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them;
   with two or more shared seeds, seed by seed (a seed fixes the partition and the sampled clients for every row), and a
-  claim that holds on some seeds and not on others is reported as mixed.
+  claim that holds on some seeds and not on others is reported as mixed; with one seed, a gap within two standard
+  errors of the last-k means (from the spread of those k evaluations) is "cannot tell".
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
 A claim may name the evaluation `point` it is judged at ("start" or "after-local", for runs that measured both).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from pfedkit.reports.tables import finished_runs, mean_of_last
+from pfedkit.reports.tables import finished_runs, headline_curve, mean_of_last
 
 
 def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None) -> dict[str, float]:
@@ -20,10 +22,24 @@ def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None
     return {d.name: 100 * mean_of_last(d, k, point) for d in finished_runs(out / column, row)}
 
 
-def verdict(first: Mapping[str, float], other: Mapping[str, float]) -> str:
+def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str]) -> float:
+    """Standard error (points) of the difference of two rows' last-k means, from the spread of their last k
+    evaluations (the first seed of each): what one seed cannot tell apart."""
+    spreads = []
+    for row in rows:
+        run = finished_runs(out / column, row)[0]
+        values = [100 * acc for _, acc in headline_curve(run, point)[-k:]]
+        spreads.append(statistics.variance(values) / len(values) if len(values) > 1 else 0.0)
+    return math.sqrt(sum(spreads))
+
+
+def verdict(first: Mapping[str, float], other: Mapping[str, float], error: float = 0.0) -> str:
     wins = [first[s] > other[s] for s in first if s in other]
-    if len(wins) < 2:  # one shared seed at most: compare the means
-        return "holds" if statistics.fmean(first.values()) > statistics.fmean(other.values()) else "does not hold"
+    if len(wins) < 2:  # one shared seed at most: compare the means, unless the gap is within two standard errors
+        gap = statistics.fmean(first.values()) - statistics.fmean(other.values())
+        if abs(gap) < 2 * error:
+            return f"cannot tell on one seed (gap {gap:+.2f}, within 2 standard errors of {error:.2f})"
+        return "holds" if gap > 0 else "does not hold"
     if all(wins) or not any(wins):
         return f"{'holds' if wins[0] else 'does not hold'} on each of {len(wins)} seeds"
     return f"mixed: holds on {sum(wins)} of {len(wins)} seeds"
@@ -37,7 +53,8 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
     strongest = max(others, key=lambda r: acc[r])
     numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in claim["rows"])
-    return f"- {claim['text']}: {verdict(runs[first], runs[strongest])} ({numbers})"
+    error = noise(out, claim["column"], [first, strongest], k, claim.get("point"))
+    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers})"
 
 
 def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
