@@ -80,6 +80,7 @@ class EvalSection(Section):
     # start: each client's personalized model after the broadcast, before local training (PFLlib; FedAFK, PGFedSplit);
     # after-local: each trained client's model right after its local update (FedPAC's released code, FL-bench); both
     point: Literal["start", "after-local", "both"] = "start"
+    clients: int = Field(0, ge=0)  # clients evaluated at the start of a round: a seeded sample of this many; 0 = all
 
 
 class ProxySection(Section):

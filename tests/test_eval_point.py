@@ -112,3 +112,14 @@ def test_full_last_round_trains_every_client_in_the_last_round_only(tmp_path):
     simulate(synthetic(train={"rounds": 4, "join_ratio": 0.5, "full_last_round": True}), tmp_path, progress=False)
     trained = [int(r["clients_trained"]) for r in read_csv(tmp_path / "metrics.csv")]
     assert trained == [3, 3, 3, 6, 0]  # 6 clients at 0.5, all of them in round 3, none in the evaluation-only round 4
+
+
+def test_eval_clients_evaluates_a_seeded_sample_and_says_so(tmp_path):
+    summary = simulate(synthetic(eval={"clients": 2}, train={"rounds": 3}), tmp_path, progress=False)
+    rows = read_csv(tmp_path / "clients.csv")
+    per_round = [{r["client"] for r in rows if r["round"] == str(t)} for t in range(4)]
+    assert all(len(c) == 2 for c in per_round) and len(set(map(frozenset, per_round))) > 1  # a new sample each round
+    again = tmp_path / "again"
+    simulate(synthetic(eval={"clients": 2}, train={"rounds": 3}), again, progress=False)
+    assert read_csv(again / "clients.csv") == rows  # seeded
+    assert summary["evaluated_per_round"] == 2

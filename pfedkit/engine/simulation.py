@@ -213,8 +213,16 @@ class RoundLoop:
     def client_columns(self) -> tuple[str, ...]:
         return CLIENT_COLUMNS + (("point",) if self.measures_after else ())
 
+    def evaluated(self, round: int) -> list[int]:
+        """Every client, or with eval.clients a seeded sample of them (large federations)."""
+        count = self.config.eval.clients
+        if not count or count >= self.num_clients:
+            return list(range(self.num_clients))
+        chosen = numpy_generator(self.config.run.seed, round, -1, "eval-clients").choice(self.num_clients, count, replace=False)
+        return sorted(int(c) for c in chosen)
+
     def evaluate(self, round: int) -> dict[str, Any]:
-        return self.record_evaluation(round, self.evaluate_clients(round, self.payloads(round, list(range(self.num_clients)))))
+        return self.record_evaluation(round, self.evaluate_clients(round, self.payloads(round, self.evaluated(round))))
 
     def train(self, round: int) -> dict[str, Any]:
         payloads = self.payloads(round, self.sample(round))
@@ -303,6 +311,7 @@ class RoundLoop:
             "method": cfg.method.name, "dataset": cfg.data.dataset, "model": cfg.model.name,
             "protocol": cfg.eval.protocol, "eval_point": cfg.eval.point, "seed": cfg.run.seed, "rounds": cfg.train.rounds,
             "clients": self.num_clients,
+            **({"evaluated_per_round": min(cfg.eval.clients, self.num_clients)} if cfg.eval.clients else {}),
             **headline, **after,
             "train_s": sum(r["train_s"] for r in self.rows), "eval_s": sum(r["eval_s"] for r in self.rows),
             "bytes_down": sum(r["bytes_down"] for r in self.rows), "bytes_up": sum(r["bytes_up"] for r in self.rows),

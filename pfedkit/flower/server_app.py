@@ -139,7 +139,7 @@ class FlowerRun(RoundLoop):
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
         start = time.perf_counter()
         self.refresh_nodes()
-        eval_ids = set(range(self.num_clients)) if evaluate and self.measures_start else set()
+        eval_ids = set(self.evaluated(round)) if evaluate and self.measures_start else set()
         train_ids = set(self.sample(round)) if train else set()
         targets = sorted(eval_ids | train_ids)
         payloads = self.payloads(round, targets)
