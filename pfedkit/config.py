@@ -101,6 +101,10 @@ class RunSection(Section):
     # where client work runs: "local" (a pool of this machine's processes) or "ray" (actors on a Ray cluster;
     # pip install -e ".[ray]"); the same run ends with the same metrics on either
     backend: Literal["local", "ray"] = "local"
+    # memory: every client's state on the driver (and in checkpoint.pt); disk: in versioned files under the run folder,
+    # the most recently used up to state_memory_mb in memory, so the driver does not grow with the clients
+    client_state: Literal["memory", "disk"] = "memory"
+    state_memory_mb: float = Field(256.0, gt=0)
     ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
 
     @field_validator("device")

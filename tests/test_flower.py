@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from pfedkit.data.federated import build_federated
+from pfedkit.engine.client_states import ClientStateStore
 from pfedkit.engine.simulation import Simulation
 from pfedkit.engine.store import load_checkpoint
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.experiments import run_experiment
 from pfedkit.flower.node_data import load_node_data
 from pfedkit.flower.settings import RunSettings, write_app
-from pfedkit.flower.state import ClientStateStore
 from pfedkit.io import read_csv
 from pfedkit.records import ClientData
 from pfedkit.registry import build_config

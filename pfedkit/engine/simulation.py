@@ -12,6 +12,7 @@ from tqdm import tqdm
 from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
+from pfedkit.engine.client_states import SpilledStates
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix
 from pfedkit.engine.evaluation import summarize_round, summarize_run
 from pfedkit.engine.store import CHECKPOINT, RunLock, load_checkpoint, save_checkpoint
@@ -335,7 +336,9 @@ class Simulation(RoundLoop):
             self.fed = fed.to(self.device)
             self.num_clients = self.fed.num_clients
             self.method = make_method(self.config, self.fed)
-            self.clients: dict[int, State] = {}
+            self.clients: dict[int, State] = {}  # client_state = "memory"
+            self.spilled = (SpilledStates(self.out, int(self.config.run.state_memory_mb * 2**20))
+                            if self.config.run.client_state == "disk" else None)
             self.executor: Optional[Executor] = None
             with self.device_scope():
                 self.start(resume)
@@ -349,11 +352,16 @@ class Simulation(RoundLoop):
         return self.device if self.device.type != "cpu" else contextlib.nullcontext()
 
     def restore(self, ckpt: dict[str, Any]) -> None:
-        if "clients" not in ckpt:  # the clients' states are on their own machines
+        if "flower" in ckpt:  # the clients' states are on their own machines
             raise PfedkitError(f"{self.out} holds a Flower run; resume it with `pfedkit flower ... --resume`")
+        if self.spilled is not None:
+            self.spilled.keep_from = ckpt["next_round"]  # the client files hold every version this resume needs
+            return
         self.clients = {int(k): v for k, v in ckpt["clients"].items()}
 
     def checkpoint_extra(self) -> dict[str, Any]:
+        if self.spilled is not None:
+            return {"client_state": "disk"}
         return {"clients": self.clients}
 
     @contextlib.contextmanager
@@ -368,25 +376,38 @@ class Simulation(RoundLoop):
             finally:
                 self.executor = None
 
-    def client_state(self, cid: int) -> State:
+    def checkpoint(self) -> None:
+        super().checkpoint()
+        if self.spilled is not None:  # only now, with the new checkpoint in place, may older versions go
+            self.spilled.prune(self.next_round)
+
+    def client_state(self, cid: int, round: int) -> State:
+        if self.spilled is not None:
+            state = self.spilled.get(cid, round)
+            return self.method.init_client(cid, self.fed.client(cid)) if state is None else state
         if cid not in self.clients:
             self.clients[cid] = self.method.init_client(cid, self.fed.client(cid))
         return self.clients[cid]
 
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
         cost = self.fed.test_sizes() + self.fed.train_sizes()  # fine-tuning methods touch the train split too
-        tasks = [Task("eval", cid, round, payload, self.client_state(cid), int(cost[cid])) for cid, payload in payloads.items()]
+        tasks = [Task("eval", cid, round, payload, self.client_state(cid, round), int(cost[cid]))
+                 for cid, payload in payloads.items()]
         return dict(self.executor.run(tasks))
 
     def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
                       ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
         sizes = self.fed.train_sizes()
-        tasks = [Task("train", cid, round, payload, self.client_state(cid), int(sizes[cid]), evaluate_after)
+        tasks = [Task("train", cid, round, payload, self.client_state(cid, round), int(sizes[cid]), evaluate_after)
                  for cid, payload in payloads.items()]
         results = dict(self.executor.run(tasks))
         new_states = {cid: client for cid, (_, client, _) in results.items()}
         self.diverged(round, "client states", new_states)  # kept only when finite: a checkpoint never holds NaN
-        self.clients.update(new_states)
+        if self.spilled is not None:
+            for cid in sorted(new_states):
+                self.spilled.put(cid, new_states[cid], round)
+        else:
+            self.clients.update(new_states)
         return ({cid: reply for cid, (reply, _, _) in results.items()},
                 {cid: after for cid, (_, _, after) in results.items() if after is not None})
 

@@ -16,11 +16,11 @@ from flwr.clientapp import ClientApp
 
 import pfedkit
 from pfedkit.config import Config
+from pfedkit.engine.client_states import ClientStateStore
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.flower.node_data import client_id, load_node_data
 from pfedkit.flower.records import from_records, to_records
-from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, INFO, config_from_run_config
-from pfedkit.flower.state import ClientStateStore, default_state_root
+from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, INFO, config_from_run_config, default_state_root
 from pfedkit.methods.base import Method
 from pfedkit.records import ClientData
 from pfedkit.registry import build_method

@@ -3,6 +3,7 @@ folder that `flwr run` takes, and the record names shared by the ServerApp and t
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -98,3 +99,8 @@ def write_app(folder: str | Path, settings: RunSettings) -> Path:
     path = folder / "pyproject.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def default_state_root() -> Path:
+    """Where a Flower node keeps its clients' state: $PFEDKIT_FLOWER_STATE, else ~/.cache/pfedkit/flower-state."""
+    return Path(os.environ.get("PFEDKIT_FLOWER_STATE") or Path.home() / ".cache" / "pfedkit" / "flower-state").expanduser()

@@ -1,0 +1,106 @@
+"""Client state on disk, one file per client and version: on a Flower node (its own client), and in a simulation
+whose client states are kept off the driver (`run.client_state = "disk"`).
+
+Versions are named by the round they follow (`after-<round>.pt`). A client training round r starts from the
+newest version older than r, so a run that resumes from its checkpoint replays rounds exactly, and a restarted
+node continues from what it saved. Versions a resume can no longer ask for are deleted.
+"""
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from pfedkit.errors import PfedkitError
+from pfedkit.io import atomic_write_bytes
+from pfedkit.records import State
+
+VERSION = re.compile(r"^after-(\d+)\.pt$")
+
+
+class ClientStateStore:
+    def __init__(self, root: str | Path, run_key: str, cid: int):
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", run_key):
+            raise PfedkitError(f"run key {run_key!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
+        self.folder = Path(root).expanduser() / run_key / f"client-{cid}"
+
+    def versions(self) -> list[int]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.folder.iterdir() if (m := VERSION.match(p.name)))
+
+    def path(self, after_round: int) -> Path:
+        return self.folder / f"after-{after_round}.pt"
+
+    def load(self, before_round: int) -> tuple[Optional[State], int]:
+        """(state, the round it follows) of the newest version older than `before_round`; (None, -1) if none."""
+        older = [v for v in self.versions() if v < before_round]
+        if not older:
+            return None, -1
+        path = self.path(older[-1])
+        try:
+            return torch.load(path, weights_only=True), older[-1]
+        except Exception as err:  # files are only ever replaced whole, so this is outside damage
+            raise PfedkitError(f"client state {path} cannot be read ({err}); delete it to start this client afresh") from None
+
+    def save(self, state: State, after_round: int, keep_from: int) -> Path:
+        """Write atomically, then drop versions older than the newest one a resume from `keep_from` could need."""
+        import io
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        path = self.path(after_round)
+        atomic_write_bytes(path, buf.getvalue())
+        older = [v for v in self.versions() if v < keep_from]
+        for v in older[:-1]:
+            self.path(v).unlink(missing_ok=True)
+        return path
+
+
+def state_bytes(state: State) -> int:
+    return sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
+
+
+class SpilledStates:
+    """Every client's state of a simulation in versioned files under `folder` (written when a client trains), with
+    the most recently used kept in memory up to `budget` bytes: the driver's memory does not grow with the clients."""
+
+    def __init__(self, folder: Path, budget: int):
+        self.folder, self.budget = Path(folder), budget
+        self.cache: OrderedDict[int, tuple[int, State]] = OrderedDict()  # cid -> (version, state), oldest use first
+        self.keep_from = 0  # the round a resume starts from: the versions it needs are kept
+
+    def store(self, cid: int) -> ClientStateStore:
+        return ClientStateStore(self.folder, "client-state", cid)
+
+    def get(self, cid: int, before_round: int) -> Optional[State]:
+        """The client's state as it stood before `before_round`, or None if it has never trained."""
+        if cid in self.cache and self.cache[cid][0] < before_round:
+            self.cache.move_to_end(cid)
+            return self.cache[cid][1]
+        state, version = self.store(cid).load(before_round)
+        if state is not None:
+            self.remember(cid, version, state)
+        return state
+
+    def put(self, cid: int, state: State, after_round: int) -> None:
+        self.store(cid).save(state, after_round, self.keep_from)
+        self.remember(cid, after_round, state)
+
+    def prune(self, keep_from: int) -> None:
+        """Once a checkpoint that resumes at `keep_from` has landed: every client keeps only the versions from the
+        newest one older than `keep_from` on."""
+        self.keep_from = keep_from
+        for folder in sorted(self.folder.glob("client-state/client-*")):
+            older = sorted(int(m.group(1)) for p in folder.iterdir() if (m := VERSION.match(p.name)) and int(m.group(1)) < keep_from)
+            for version in older[:-1]:
+                (folder / f"after-{version}.pt").unlink(missing_ok=True)
+
+    def remember(self, cid: int, version: int, state: State) -> None:
+        self.cache[cid] = (version, state)
+        self.cache.move_to_end(cid)
+        while len(self.cache) > 1 and sum(state_bytes(s) for _, s in self.cache.values()) > self.budget:
+            self.cache.popitem(last=False)  # on disk already: forgetting costs a read later
