@@ -45,18 +45,25 @@ def test_ray_and_local_backends_end_with_the_same_metrics(tmp_path, local_ray, m
 
 
 class KillsAnActor(Simulation):
-    """Kills one actor (Ray restarts it and retries its task) while round 1's local updates run."""
+    """Kills one actor while round 1's local updates run (each takes about a second); Ray restarts it and retries
+    the task it had. Records the actor's process before and after, to show that it did die."""
 
     def train_clients(self, round, payloads, evaluate_after=False):
-        if round == 1:
-            actor = self.executor.actors[0]
-            threading.Timer(0.3, lambda: ray.kill(actor, no_restart=False)).start()
-        return super().train_clients(round, payloads, evaluate_after)
+        if round != 1:
+            return super().train_clients(round, payloads, evaluate_after)
+        actor = self.executor.actors[0]
+        self.pids = [ray.get(actor.pid.remote())]
+        threading.Timer(0.5, lambda: ray.kill(actor, no_restart=False)).start()
+        result = super().train_clients(round, payloads, evaluate_after)
+        self.pids.append(ray.get(actor.pid.remote()))
+        return result
 
 
 @pytest.mark.slow
 def test_a_killed_actor_is_restarted_and_the_run_ends_as_it_would_have(tmp_path, local_ray):
-    config = synthetic(train={"rounds": 3, "local_epochs": 15}, run={"workers": 2, "backend": "ray"})
-    KillsAnActor(config, tmp_path / "killed", progress=False).run()
+    config = synthetic(train={"rounds": 3, "local_epochs": 100}, run={"workers": 2, "backend": "ray"})
+    killed = KillsAnActor(config, tmp_path / "killed", progress=False)
+    killed.run()
+    assert killed.pids[0] != killed.pids[1]  # the actor died and was restarted
     simulate(config, tmp_path / "straight", progress=False)
     assert metrics(tmp_path / "killed") == metrics(tmp_path / "straight")
