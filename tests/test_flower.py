@@ -445,7 +445,7 @@ def test_the_core_never_imports_flwr():
     import subprocess
 
     code = ("import sys, pfedkit.cli, pfedkit.engine.simulation, pfedkit.methods, pfedkit.flower.settings, "
-            "pfedkit.flower.state, pfedkit.flower.node_data, pfedkit.flower.local; print('flwr' in sys.modules)")
+            "pfedkit.engine.client_states, pfedkit.flower.node_data, pfedkit.flower.local; print('flwr' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
 
