@@ -8,7 +8,6 @@ The suites themselves are data: one TOML file per paper table in `pfedkit/experi
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -27,6 +26,7 @@ from pfedkit.reports.tables import (
     mean_of_last,
     paper_table,
     run_facts,
+    summary_of,
 )
 
 
@@ -258,7 +258,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
         curves = {}
         for r in suite.rows:
             for run in finished_runs(out / c, r):
-                summary = json.loads((run / "summary.json").read_text())
+                summary = summary_of(run)
                 record = {"column": c, "method": r, "seed": run.name.removeprefix("seed"), "rounds": summary["rounds"],
                           "best_acc": summary["best_acc"], "last_acc": summary["last_acc"],
                           "eval_point": summary.get("eval_point", "start"), "curve": cell_trend([run]),

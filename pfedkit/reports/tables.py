@@ -137,7 +137,7 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
                 cells += ["n/a"] * len(per_column)
                 continue
             runs = finished_runs(out / col, method)
-            summaries = [json.loads((d / "summary.json").read_text()) for d in runs]
+            summaries = [summary_of(d) for d in runs]
             row_rounds[method].update(s["rounds"] for s in summaries)
             if not runs and (diverged := diverged_rounds(out / col, method)):
                 cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k) + 2 * both)
