@@ -105,6 +105,9 @@ class RunSection(Section):
     # the most recently used up to state_memory_mb in memory, so the driver does not grow with the clients
     client_state: Literal["memory", "disk"] = "memory"
     state_memory_mb: float = Field(256.0, gt=0)
+    # a round's replies held on the driver; past this, a weighted-mean method folds them in as they arrive and any
+    # other keeps the rest on disk under the run folder until it aggregates (the numbers are the same either way)
+    reply_memory_mb: float = Field(256.0, gt=0)
     ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
 
     @field_validator("device")
@@ -233,7 +236,7 @@ def dump_toml(data: dict[str, Any]) -> str:
 # Keys that say where files are or how a run is carried out, not what it computes: a run may change them and stay
 # the same run (the data themselves are checked by data.checksum).
 PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
-                  "run.backend", "run.ray_address")
+                  "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb")
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:

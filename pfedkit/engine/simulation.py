@@ -13,8 +13,9 @@ from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
-from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix
+from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix, nonfinite_keys
 from pfedkit.engine.evaluation import summarize_round, summarize_run
+from pfedkit.engine.replies import RoundReplies, message_bytes
 from pfedkit.engine.store import CHECKPOINT, RunLock, load_checkpoint, save_checkpoint
 from pfedkit.engine.workers import Executor, Task, make_executor
 from pfedkit.errors import ConfigError, DataError, PfedkitError
@@ -29,11 +30,6 @@ METRIC_COLUMNS = (
 )
 AFTER_COLUMNS = ("acc" + AFTER, "acc_client_mean" + AFTER, "loss" + AFTER)  # with eval.point after-local or both
 CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
-
-
-def message_bytes(message: State) -> int:
-    """Bytes of a payload or reply as sent: tensor data plus 8 bytes per plain number."""
-    return sum(v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 8 for v in message.values())
 
 
 def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: int) -> list[int]:
@@ -196,15 +192,24 @@ class RoundLoop:
         self.after_local.update(per_client)  # clients not trained this round keep their last value
         return {key + AFTER: value for key, value in summarize_round(self.after_local).items()}
 
-    def apply_replies(self, round: int, payloads: dict[int, State], replies: dict[int, State]) -> dict[str, Any]:
-        """Aggregate the replies that arrived (all finite, else the run stops); bytes down count every payload sent."""
-        self.diverged(round, "replies", replies)
-        server = self.method.aggregate(self.server, replies, round)
+    def apply_replies(self, round: int, payloads: dict[int, State], replies: dict[int, State] | RoundReplies
+                      ) -> dict[str, Any]:
+        """Aggregate the replies that arrived (all finite, else the run stops): a dict of them, or those a
+        RoundReplies took as they came; bytes down count every payload sent."""
+        if isinstance(replies, RoundReplies):
+            if replies.nonfinite:
+                raise Diverged(round, "replies", replies.nonfinite, [k for ks in replies.nonfinite.values() for k in ks],
+                               self.config.method.name, likely_fix(self.config.train.lr, self.config.method_params()))
+            server = replies.aggregate(self.method, self.server, round)
+            count, bytes_up = replies.count, replies.bytes
+        else:
+            self.diverged(round, "replies", replies)
+            server = self.method.aggregate(self.server, replies, round)
+            count, bytes_up = len(replies), sum(message_bytes(r) for r in replies.values())
         self.diverged(round, "aggregated server state", {-1: server})
         self.server = server
-        return {"bytes_down": sum(message_bytes(p) for p in payloads.values()),
-                "bytes_up": sum(message_bytes(r) for r in replies.values()), "clients_trained": len(replies),
-                **{key: float(self.server[key]) for key in self.method.logged}}
+        return {"bytes_down": sum(message_bytes(p) for p in payloads.values()), "bytes_up": bytes_up,
+                "clients_trained": count, **{key: float(self.server[key]) for key in self.method.logged}}
 
     @property
     def metric_columns(self) -> tuple[str, ...]:
@@ -395,21 +400,37 @@ class Simulation(RoundLoop):
                  for cid, payload in payloads.items()]
         return dict(self.executor.run(tasks))
 
+    def round_replies(self, round: int, payloads: dict[int, State]) -> RoundReplies:
+        """Where this round's replies go: up to run.reply_memory_mb they are held; past it, a method aggregating by a
+        weighted mean folds them in as they arrive, any other keeps the rest on disk until aggregation."""
+        budget = int(self.config.run.reply_memory_mb * 2**20)
+        sizes = self.fed.train_sizes()
+        fold = None
+        if len(payloads) * message_bytes(self.server) > budget:
+            fold = self.method.reply_fold(self.server, round, {cid: int(sizes[cid]) for cid in payloads})
+        return RoundReplies(fold, self.out / "replies", budget)
+
     def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
-                      ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
+                      ) -> tuple[RoundReplies, dict[int, tuple[int, float, int]]]:
         sizes = self.fed.train_sizes()
         tasks = [Task("train", cid, round, payload, self.client_state(cid, round), int(sizes[cid]), evaluate_after)
                  for cid, payload in payloads.items()]
-        results = dict(self.executor.run(tasks))
-        new_states = {cid: client for cid, (_, client, _) in results.items()}
-        self.diverged(round, "client states", new_states)  # kept only when finite: a checkpoint never holds NaN
-        if self.spilled is not None:
-            for cid in sorted(new_states):
-                self.spilled.put(cid, new_states[cid], round)
-        else:
-            self.clients.update(new_states)
-        return ({cid: reply for cid, (reply, _, _) in results.items()},
-                {cid: after for cid, (_, _, after) in results.items() if after is not None})
+        replies = self.round_replies(round, payloads)
+        new_states, nonfinite, after = {}, {}, {}
+        # a fold takes replies in client order: sent in that order, they arrive nearly so and few wait
+        for cid, (reply, client, measured) in self.executor.run(tasks, in_order=replies.fold is not None):
+            replies.add(cid, reply)
+            if measured is not None:
+                after[cid] = measured
+            if bad := nonfinite_keys(client):  # kept only when finite: a checkpoint never holds NaN
+                nonfinite[cid] = {key: client[key] for key in bad}
+            elif self.spilled is not None:  # on disk at once, as a version a resume from this round's start ignores
+                self.spilled.put(cid, client, round)
+            else:
+                new_states[cid] = client
+        self.diverged(round, "client states", nonfinite)
+        self.clients.update(new_states)
+        return replies, after
 
     def summary_extra(self) -> dict[str, Any]:
         """Which copy of the data the run read, where a data set has several, and the checksum of what it loaded."""

@@ -97,6 +97,11 @@ def make_executor(backend: str, method: Method, fed: Any, workers: int, **option
     return BACKENDS[backend](method, fed, workers, **options)
 
 
+def submission_order(tasks: list[Task], in_order: bool) -> list[Task]:
+    """Client order, or largest first (which balances the workers)."""
+    return sorted(tasks, key=(lambda t: t.cid) if in_order else (lambda t: (-t.cost, t.cid)))
+
+
 def default_workers(requested: int) -> int:
     return requested if requested > 0 else max(1, min(os.cpu_count() or 1, 8))
 
@@ -114,20 +119,23 @@ class Executor:
             self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
                                             initializer=_worker_init, initargs=(os.getpid(),))
 
-    def run(self, tasks: list[Task]) -> Iterator[tuple[int, Any]]:
+    def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
+        """With `in_order`, tasks go out in client order (for a reply fold), else largest first."""
         if self.pool is None:
-            for task in tasks:
+            for task in submission_order(tasks, in_order):
                 yield run_task(self.method, self.fed, task)
             return
         kinds = {t.kind for t in tasks}
         assert len(kinds) <= 1, "one kind of task per call"
-        ordered = sorted(tasks, key=lambda t: -t.cost)  # largest first balances the workers
+        ordered = submission_order(tasks, in_order)
         for task in ordered:
             task.payload, task.client = pack(task.payload), pack(task.client)
-        futures = [self.pool.submit(_worker_run, task) for task in ordered]
+        # as_completed lets go of each future it yields, so a result is freed once the caller has taken it
+        completed = as_completed([self.pool.submit(_worker_run, task) for task in ordered])
         try:
-            for future in as_completed(futures):
+            for future in completed:
                 cid, result, _ = future.result()
+                del future
                 if kinds == {"train"}:
                     result = (unpack(result[0]), unpack(result[1]), result[2])
                 yield cid, result

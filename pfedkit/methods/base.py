@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from torch import nn
 
 from pfedkit.config import describe_validation_error
-from pfedkit.errors import ConfigError
+from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.augment import crop_flip
 from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, MethodContext, State
@@ -58,19 +58,58 @@ def add_prefix(state: Mapping[str, Any], prefix: str) -> State:
 
 def weighted_mean(replies: Mapping[int, State], keys: Iterable[str], weight: str = "num_samples") -> State:
     """Sample-weighted mean of the given tensors over replies; integer buffers are taken from the first reply."""
-    replies = [replies[cid] for cid in sorted(replies)]
-    total = float(sum(r[weight] for r in replies))
-    out: State = {}
-    for key in keys:
-        first = replies[0][key]
-        if not torch.is_floating_point(first):
-            out[key] = first.clone()
-            continue
-        acc = torch.zeros_like(first)
-        for r in replies:
-            acc.add_(r[key], alpha=float(r[weight]) / total)
-        out[key] = acc
-    return out
+    fold = WeightedMeanFold(keys, {cid: reply[weight] for cid, reply in replies.items()}, weight)
+    for cid, reply in replies.items():
+        fold.add(cid, reply)
+    return fold.result()
+
+
+class WeightedMeanFold:
+    """`weighted_mean` taken one reply at a time, so the server need not hold every reply until aggregation.
+
+    The replies expected and their weights are known when the round starts; a reply joins the running sum when its
+    turn in client order comes (an early one waits), so the sum is bit for bit the same whatever order they arrive in.
+    """
+
+    def __init__(self, keys: Iterable[str], weights: Mapping[int, float], weight: str = "num_samples"):
+        self.keys, self.weight = tuple(keys), weight
+        self.expected = {int(cid): float(w) for cid, w in weights.items()}
+        self.order = sorted(self.expected)
+        self.total = float(sum(weights[cid] for cid in sorted(weights)))
+        self.waiting: dict[int, State] = {}
+        self.folded = 0
+        self.sum: State = {}
+
+    @property
+    def complete(self) -> bool:
+        return self.folded == len(self.order)
+
+    def add(self, cid: int, reply: State) -> None:
+        if cid not in self.expected or cid in self.waiting or self.order.index(cid) < self.folded:
+            raise PfedkitError(f"reply from client {cid} was not expected (expected once each from {self.order})")
+        if float(reply[self.weight]) != self.expected[cid]:
+            raise PfedkitError(f"client {cid}'s reply weighs {reply[self.weight]}, not the {self.expected[cid]} its "
+                               "training split promised; a method weighting replies otherwise must aggregate them itself")
+        self.waiting[cid] = reply
+        while not self.complete and self.order[self.folded] in self.waiting:
+            self._fold(self.waiting.pop(self.order[self.folded]))
+            self.folded += 1
+
+    def _fold(self, reply: State) -> None:
+        alpha = float(reply[self.weight]) / self.total
+        for key in self.keys:
+            value = reply[key]
+            if not torch.is_floating_point(value):
+                self.sum.setdefault(key, value.clone())
+                continue
+            if key not in self.sum:
+                self.sum[key] = torch.zeros_like(value)
+            self.sum[key].add_(value, alpha=alpha)
+
+    def result(self) -> State:
+        if not self.complete:
+            raise PfedkitError(f"aggregation asked for before every reply arrived ({self.folded} of {len(self.order)})")
+        return dict(self.sum)
 
 
 class Method:
@@ -109,6 +148,11 @@ class Method:
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         return server
+
+    def reply_fold(self, server: State, round: int, weights: Mapping[int, float]) -> Optional[WeightedMeanFold]:
+        """An aggregation that takes this round's replies one at a time as they arrive (`weights`: the clients and
+        their training sizes), or None when `aggregate` needs them all at once."""
+        return None
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         raise NotImplementedError

@@ -1,11 +1,11 @@
 """Methods that share some model parts through the server and keep the rest on the client."""
 from __future__ import annotations
 
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, Optional
 
 from torch import nn
 
-from pfedkit.methods.base import Method, select, weighted_mean
+from pfedkit.methods.base import Method, WeightedMeanFold, select, weighted_mean
 from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, State
 
@@ -42,6 +42,11 @@ class PartSharing(Method):
         if not replies:  # every sampled client failed: keep the last model
             return server
         return weighted_mean(replies, server.keys())
+
+    def reply_fold(self, server: State, round: int, weights: Mapping[int, float]) -> Optional[WeightedMeanFold]:
+        if type(self).aggregate is not PartSharing.aggregate:  # a method combining replies its own way needs them all
+            return None
+        return WeightedMeanFold(server.keys(), weights)
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(payload, client)

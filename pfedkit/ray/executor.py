@@ -11,7 +11,7 @@ import torch
 from ray.exceptions import RayActorError
 from ray.util import ActorPool
 
-from pfedkit.engine.workers import BACKENDS, Task, pack, run_task, unpack
+from pfedkit.engine.workers import BACKENDS, Task, pack, run_task, submission_order, unpack
 from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
 
@@ -97,8 +97,8 @@ class RayExecutor:
             self.close()
             raise
 
-    def run(self, tasks: list[Task]) -> Iterator[tuple[int, Any]]:
-        ordered = sorted(tasks, key=lambda t: -t.cost)  # largest first balances the actors
+    def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
+        ordered = submission_order(tasks, in_order)
         for task in ordered:
             task.payload, task.client = pack(task.payload), pack(task.client)
         train = bool(ordered) and ordered[0].kind == "train"
