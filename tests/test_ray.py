@@ -67,3 +67,13 @@ def test_a_killed_actor_is_restarted_and_the_run_ends_as_it_would_have(tmp_path,
     assert killed.pids[0] != killed.pids[1]  # the actor died and was restarted
     simulate(config, tmp_path / "straight", progress=False)
     assert metrics(tmp_path / "killed") == metrics(tmp_path / "straight")
+
+
+def test_a_node_with_other_code_fails_before_round_0(tmp_path, local_ray, monkeypatch):
+    import pfedkit.ray.executor as executor
+
+    # the driver pretends to run another pfedkit; the actors report what they really run
+    monkeypatch.setattr(executor, "software", lambda: {"pfedkit": "9.9.9 (edited)", "torch": "0.0"})
+    with pytest.raises(PfedkitError, match=r"runs pfedkit 0\.1\.0 .* this driver pfedkit 9\.9\.9 .* install this version"):
+        simulate(synthetic(run={"workers": 2, "backend": "ray"}), tmp_path, progress=False)
+    assert not (tmp_path / "metrics.csv").exists()

@@ -1,8 +1,10 @@
 """RayExecutor: the engine's Executor interface (run tasks, yield (cid, result) as they finish) on Ray actors."""
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -11,6 +13,7 @@ import torch
 from ray.exceptions import RayActorError
 from ray.util import ActorPool
 
+import pfedkit
 from pfedkit.engine.workers import BACKENDS, Task, pack, run_task, submission_order, unpack
 from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
@@ -36,6 +39,18 @@ class ClientWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> dict[str, str]:
+        """The node this actor runs on and the versions it runs with, checked against the driver's before round 0."""
+        return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), **software()}
+
+
+def software() -> dict[str, str]:
+    """pfedkit's version and a digest of its source (an edited checkout keeps its version number), torch's version."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(pfedkit.__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return {"pfedkit": f"{pfedkit.__version__} ({digest.hexdigest()[:12]})", "torch": torch.__version__.split("+")[0]}
 
 
 def owned(state: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +86,9 @@ def connect(address: str) -> bool:
     try:
         ray.init(address=target, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
+        if "uthenticat" in repr(err.__cause__) + str(err):
+            raise PfedkitError(f"the Ray cluster at {target!r} asks for a token this process lacks; set RAY_AUTH_TOKEN "
+                               "(or RAY_AUTH_TOKEN_PATH) as on the cluster, or start the cluster with RAY_AUTH_MODE=disabled") from None
         raise PfedkitError(f"cannot reach the Ray cluster at {target!r} ({str(err).splitlines()[0]}); start one with "
                            "`ray start --head`, fix run.ray_address (or RAY_ADDRESS), or leave both empty to start a "
                            "local Ray for the run") from None
@@ -92,10 +110,26 @@ class RayExecutor:
             self.refs = (ray.put(method), ray.put(fed))
             worker = ClientWorker.options(num_cpus=1, max_restarts=RESTARTS, max_task_retries=RESTARTS)
             self.actors = [worker.remote(*self.refs, 1) for _ in range(self.workers)]
-            ray.get([a.pid.remote() for a in self.actors])  # every actor built before round 0, or a clear error here
+            self.placement = self.check_actors()  # every actor built before round 0, or a clear error here
         except BaseException:
             self.close()
             raise
+
+    def check_actors(self) -> list[dict[str, str]]:
+        """Where each actor runs; a node without pfedkit, or with another pfedkit or torch than the driver's, is an error."""
+        try:
+            placement = ray.get([a.where.remote() for a in self.actors])
+        except (RayActorError, ray.exceptions.RayTaskError) as err:
+            raise PfedkitError(f"a Ray actor could not be started on the cluster ({str(err).splitlines()[0]}); every node "
+                               f"needs pfedkit {pfedkit.__version__} and torch {software()['torch']} installed, as on "
+                               "this machine (pip install -e \".[ray]\" there)") from None
+        mine = software()
+        for where in placement:
+            if {k: where[k] for k in mine} != mine:
+                raise PfedkitError(f"node {where['host']} runs pfedkit {where['pfedkit']} with torch {where['torch']}, "
+                                   f"this driver pfedkit {mine['pfedkit']} with torch {mine['torch']}; the same run "
+                                   "needs the same code on every node: install this version there")
+        return placement
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
         ordered = submission_order(tasks, in_order)
