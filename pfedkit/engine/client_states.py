@@ -7,6 +7,7 @@ node continues from what it saved. Versions a resume can no longer ask for are d
 """
 from __future__ import annotations
 
+import gc
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -42,7 +43,7 @@ class ClientStateStore:
             return None, -1
         path = self.path(older[-1])
         try:
-            return torch.load(path, weights_only=True), older[-1]
+            return read_state(path), older[-1]
         except Exception as err:  # files are only ever replaced whole, so this is outside damage
             raise PfedkitError(f"client state {path} cannot be read ({err}); delete it to start this client afresh") from None
 
@@ -58,6 +59,14 @@ class ClientStateStore:
         for v in older[:-1]:
             self.path(v).unlink(missing_ok=True)
         return path
+
+
+def read_state(path: Path) -> State:
+    """torch.load, then a young-generation collection: the unpickler leaves a reference cycle that would hold the
+    loaded tensors until a full collection, and a driver reading hundreds of states a round would pile them up."""
+    state = torch.load(path, weights_only=True)
+    gc.collect(0)
+    return state
 
 
 def state_bytes(state: State) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import torch
 
+from pfedkit.engine.client_states import read_state
 from pfedkit.engine.divergence import nonfinite_keys
 from pfedkit.io import atomic_write_bytes
 from pfedkit.methods.base import Method, WeightedMeanFold
@@ -50,7 +51,7 @@ class SpilledReplies(Mapping[int, State]):
     def __getitem__(self, cid: int) -> State:
         if cid in self.in_memory:
             return self.in_memory[cid]
-        return torch.load(self.on_disk[cid], weights_only=True)
+        return read_state(self.on_disk[cid])
 
     def __iter__(self) -> Iterator[int]:
         return iter(sorted([*self.in_memory, *self.on_disk]))

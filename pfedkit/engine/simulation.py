@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -396,7 +397,7 @@ class Simulation(RoundLoop):
 
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
         cost = self.fed.test_sizes() + self.fed.train_sizes()  # fine-tuning methods touch the train split too
-        tasks = [Task("eval", cid, round, payload, self.client_state(cid, round), int(cost[cid]))
+        tasks = [Task("eval", cid, round, payload, partial(self.client_state, cid, round), int(cost[cid]))
                  for cid, payload in payloads.items()]
         return dict(self.executor.run(tasks))
 
@@ -413,7 +414,7 @@ class Simulation(RoundLoop):
     def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
                       ) -> tuple[RoundReplies, dict[int, tuple[int, float, int]]]:
         sizes = self.fed.train_sizes()
-        tasks = [Task("train", cid, round, payload, self.client_state(cid, round), int(sizes[cid]), evaluate_after)
+        tasks = [Task("train", cid, round, payload, partial(self.client_state, cid, round), int(sizes[cid]), evaluate_after)
                  for cid, payload in payloads.items()]
         replies = self.round_replies(round, payloads)
         new_states, nonfinite, after = {}, {}, {}

@@ -9,9 +9,10 @@ import importlib
 import multiprocessing as mp
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -24,6 +25,8 @@ from pfedkit.methods.base import Method
 from pfedkit.records import State
 from pfedkit.seeding import seeded_torch
 
+IN_FLIGHT_PER_WORKER = 2  # tasks out per worker: one running, one queued behind it
+
 # Set in the parent just before the pool forks, so workers inherit the method and the data without copies.
 _SHARED: Optional[tuple[Method, Any]] = None
 
@@ -34,7 +37,7 @@ class Task:
     cid: int
     round: int
     payload: State
-    client: State
+    client: State | Callable[[], State]  # or a function that reads it when the task goes out (state on disk)
     cost: int  # samples it touches, to hand out the largest first
     evaluate_after: bool = False  # a training task also evaluates the model it leaves (eval.point = "after-local")
 
@@ -46,6 +49,15 @@ def pack(state: State) -> dict[str, Any]:
 
 def unpack(state: dict[str, Any]) -> State:
     return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+
+
+def prepared(task: Task, packed: bool = True) -> Task:
+    """A copy of the task with its client state read (if it was left to be read late) and, to travel, packed; the
+    caller's task list keeps only the reader, so a state read for one task is freed once that task is done."""
+    client = task.client() if callable(task.client) else task.client
+    if packed:
+        return replace(task, payload=pack(task.payload), client=pack(client))
+    return replace(task, client=client)
 
 
 def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
@@ -120,28 +132,30 @@ class Executor:
                                             initializer=_worker_init, initargs=(os.getpid(),))
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
-        """With `in_order`, tasks go out in client order (for a reply fold), else largest first."""
+        """With `in_order`, tasks go out in client order (for a reply fold), else largest first. A few tasks per
+        worker are out at a time, so the driver reads and holds only their client states."""
+        waiting = deque(submission_order(tasks, in_order))
         if self.pool is None:
-            for task in submission_order(tasks, in_order):
-                yield run_task(self.method, self.fed, task)
+            while waiting:
+                yield run_task(self.method, self.fed, prepared(waiting.popleft(), packed=False))
             return
         kinds = {t.kind for t in tasks}
         assert len(kinds) <= 1, "one kind of task per call"
-        ordered = submission_order(tasks, in_order)
-        for task in ordered:
-            task.payload, task.client = pack(task.payload), pack(task.client)
-        # as_completed lets go of each future it yields, so a result is freed once the caller has taken it
-        completed = as_completed([self.pool.submit(_worker_run, task) for task in ordered])
+        first = waiting[0] if waiting else None
+        out: set = set()
         try:
-            for future in completed:
-                cid, result, _ = future.result()
-                del future
-                if kinds == {"train"}:
-                    result = (unpack(result[0]), unpack(result[1]), result[2])
-                yield cid, result
+            while waiting or out:
+                while waiting and len(out) < IN_FLIGHT_PER_WORKER * self.workers:
+                    out.add(self.pool.submit(_worker_run, prepared(waiting.popleft())))
+                done, out = wait(out, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cid, result, _ = future.result()
+                    if kinds == {"train"}:
+                        result = (unpack(result[0]), unpack(result[1]), result[2])
+                    yield cid, result
         except BrokenProcessPool:  # a worker was killed (often by the out-of-memory killer), not a Python error
             raise PfedkitError(
-                f"a worker process died during round {ordered[0].round} ({ordered[0].kind}); "
+                f"a worker process died during round {first.round} ({first.kind}); "
                 "resume the run with --resume, and lower run.workers if memory is short"
             ) from None
 

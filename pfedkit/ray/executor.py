@@ -14,7 +14,7 @@ from ray.exceptions import RayActorError
 from ray.util import ActorPool
 
 import pfedkit
-from pfedkit.engine.workers import BACKENDS, Task, pack, run_task, submission_order, unpack
+from pfedkit.engine.workers import BACKENDS, Task, pack, prepared, run_task, submission_order, unpack
 from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
 
@@ -133,12 +133,10 @@ class RayExecutor:
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
         ordered = submission_order(tasks, in_order)
-        for task in ordered:
-            task.payload, task.client = pack(task.payload), pack(task.client)
         train = bool(ordered) and ordered[0].kind == "train"
         pool = ActorPool(self.actors)
-        try:
-            for cid, result in pool.map_unordered(lambda actor, task: actor.run.remote(task), ordered):
+        try:  # a task's client state is read when an actor takes it
+            for cid, result in pool.map_unordered(lambda actor, task: actor.run.remote(prepared(task)), ordered):
                 yield cid, ((owned(result[0]), owned(result[1]), result[2]) if train else result)
         except RayActorError as err:
             raise PfedkitError(f"a Ray actor was lost during round {ordered[0].round} and could not be restarted "
