@@ -108,6 +108,9 @@ class RunSection(Section):
     # a round's replies held on the driver; past this, a weighted-mean method folds them in as they arrive and any
     # other keeps the rest on disk under the run folder until it aggregates (the numbers are the same either way)
     reply_memory_mb: float = Field(256.0, gt=0)
+    # a GPU's share per worker process (local) or Ray actor: 0.25 puts four on one GPU; 0 = the simulation on one GPU
+    # in one process (run.device), as before. Needs run.device = "cuda"
+    gpus_per_worker: float = Field(0.0, ge=0, le=1)
     ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
 
     @field_validator("device")
@@ -236,7 +239,8 @@ def dump_toml(data: dict[str, Any]) -> str:
 # Keys that say where files are or how a run is carried out, not what it computes: a run may change them and stay
 # the same run (the data themselves are checked by data.checksum).
 PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
-                  "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb")
+                  "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb",
+                  "run.gpus_per_worker")
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -77,3 +77,10 @@ def test_a_node_with_other_code_fails_before_round_0(tmp_path, local_ray, monkey
     with pytest.raises(PfedkitError, match=r"runs pfedkit 0\.1\.0 .* this driver pfedkit 9\.9\.9 .* install this version"):
         simulate(synthetic(run={"workers": 2, "backend": "ray"}), tmp_path, progress=False)
     assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_a_gpu_request_the_cluster_cannot_meet_fails_before_round_0(tmp_path, local_ray):
+    config = synthetic(run={"workers": 2, "backend": "ray", "gpus_per_worker": 0.5})
+    with pytest.raises(PfedkitError, match=r"run.gpus_per_worker = 0.5 asks Ray for GPUs, but the cluster has none"):
+        simulate(config, tmp_path, progress=False)
+    assert not (tmp_path / "metrics.csv").exists()

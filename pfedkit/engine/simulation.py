@@ -52,6 +52,24 @@ def run_device(name: str) -> torch.device:
     return device
 
 
+def driver_device(run: Any) -> torch.device:
+    """Where the driver keeps the data and aggregates: run.device when the whole simulation runs in this process on one
+    GPU; else the CPU, and the workers (GPU-sharing processes or Ray actors) compute on run.device."""
+    on_gpu = run.device != "cpu"
+    if run.backend == "ray":
+        if on_gpu and not run.gpus_per_worker:
+            raise ConfigError(f"run.device = {run.device!r} on Ray needs run.gpus_per_worker > 0 (e.g. 0.25), so that Ray "
+                              "gives each actor a share of a GPU; or set run.device = \"cpu\"")
+        return torch.device("cpu")
+    device = run_device(run.device)
+    if run.gpus_per_worker:
+        if not on_gpu:
+            raise ConfigError(f"run.gpus_per_worker = {run.gpus_per_worker} shares a GPU among worker processes, but "
+                              "run.device = \"cpu\"; set run.device = \"cuda\", or leave run.gpus_per_worker at 0")
+        return torch.device("cpu")
+    return device
+
+
 def with_absolute_root(config: Config) -> Config:
     """A copy whose data.root is absolute: a run folder names its data wherever it is resumed from."""
     config = config.model_copy(deep=True)
@@ -334,7 +352,7 @@ class Simulation(RoundLoop):
 
     def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
                  fed: Optional[FederatedDataset] = None):
-        self.device = run_device(config.run.device)
+        self.device = driver_device(config.run)
         super().__init__(config, out, resume=resume, progress=progress)
         try:
             fed = fed or build_federated(self.config)
@@ -372,10 +390,12 @@ class Simulation(RoundLoop):
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
-        workers = self.config.run.workers if self.device.type == "cpu" else 1  # CUDA does not survive a fork
         run = self.config.run
-        with self.device_scope(), make_executor(run.backend, self.method, self.fed, workers,
-                                                address=run.ray_address) as executor:
+        workers = run.workers if self.device.type == "cpu" else 1  # the whole run on one GPU: in this process
+        worker_device = run.device if run.gpus_per_worker or run.backend == "ray" else "cpu"
+        with self.device_scope(), make_executor(run.backend, self.method, self.fed, workers, address=run.ray_address,
+                                                worker_device=worker_device,
+                                                gpus_per_worker=run.gpus_per_worker) as executor:
             self.executor = executor
             try:
                 yield

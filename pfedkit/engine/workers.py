@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
+import pickle
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -29,6 +30,7 @@ IN_FLIGHT_PER_WORKER = 2  # tasks out per worker: one running, one queued behind
 
 # Set in the parent just before the pool forks, so workers inherit the method and the data without copies.
 _SHARED: Optional[tuple[Method, Any]] = None
+_DEVICE = torch.device("cpu")  # where a worker process computes
 
 
 @dataclass
@@ -43,12 +45,14 @@ class Task:
 
 
 def pack(state: State) -> dict[str, Any]:
-    """Tensors as numpy arrays, so they travel by plain pickling rather than torch's shared-memory handles."""
-    return {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+    """Tensors as numpy arrays (from the GPU too), so they travel by plain pickling rather than torch's shared-memory
+    handles."""
+    return {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
 
 
-def unpack(state: dict[str, Any]) -> State:
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+def unpack(state: dict[str, Any], device: Optional[torch.device] = None) -> State:
+    """Tensors again, on the device of the process that takes them."""
+    return {k: torch.from_numpy(v).to(device) if isinstance(v, np.ndarray) else v for k, v in state.items()}
 
 
 def prepared(task: Task, packed: bool = True) -> Task:
@@ -76,15 +80,24 @@ def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
     return task.cid, evaluate_model(model, data.test_x, data.test_y)
 
 
-def _worker_init(parent_pid: int) -> None:
+def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = "cpu") -> None:
+    """A forked worker finds the method and data inherited; a spawned one (a GPU's) gets them pickled, on the CPU,
+    and puts the data and every model it builds on its device."""
+    global _SHARED, _DEVICE
     die_with_parent(parent_pid)  # a killed run leaves no worker behind
     torch.set_num_threads(1)
+    if shared is not None:
+        _DEVICE = torch.device(device)
+        if _DEVICE.type != "cpu":
+            torch.set_default_device(_DEVICE)
+        method, fed = pickle.loads(shared)
+        _SHARED = (method, fed.to(_DEVICE))
 
 
 def _worker_run(task: Task) -> tuple[int, Any, float]:
     method, fed = _SHARED
     start = time.perf_counter()
-    task.payload, task.client = unpack(task.payload), unpack(task.client)
+    task.payload, task.client = unpack(task.payload, _DEVICE), unpack(task.client, _DEVICE)
     cid, result = run_task(method, fed, task)
     if task.kind == "train":
         result = (pack(result[0]), pack(result[1]), result[2])
@@ -118,18 +131,36 @@ def default_workers(requested: int) -> int:
     return requested if requested > 0 else max(1, min(os.cpu_count() or 1, 8))
 
 
-class Executor:
-    """Runs tasks and yields (cid, result) as they finish; the order of results never changes a number."""
+def workers_per_gpu(requested: int, gpus_per_worker: float) -> int:
+    """run.workers, else as many as fit on one GPU at gpus_per_worker each (0.25: four)."""
+    return requested if requested > 0 else max(1, int(1 / gpus_per_worker + 1e-9))
 
-    def __init__(self, method: Method, fed: Any, workers: int, **options: Any):
+
+class Executor:
+    """Runs tasks and yields (cid, result) as they finish; the order of results never changes a number.
+
+    On the CPU, `workers` forked processes. With a `worker_device` other than the CPU (run.gpus_per_worker > 0), processes
+    started afresh ("spawn": CUDA does not survive a fork) that share that GPU, each with its own copy of the data.
+    """
+
+    def __init__(self, method: Method, fed: Any, workers: int, worker_device: str = "cpu", gpus_per_worker: float = 0.0,
+                 start_method: str = "", **options: Any):
         global _SHARED
         self.method, self.fed = method, fed
-        self.workers = default_workers(workers)
+        on_gpu = torch.device(worker_device).type != "cpu"
+        self.workers = workers_per_gpu(workers, gpus_per_worker) if on_gpu else default_workers(workers)
         self.pool = None
-        if self.workers > 1:
-            _SHARED = (method, fed)
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
-                                            initializer=_worker_init, initargs=(os.getpid(),))
+        start_method = start_method or ("spawn" if on_gpu else "fork")
+        if self.workers > 1 or on_gpu:
+            if start_method == "fork":
+                _SHARED = (method, fed)
+                initargs: tuple = (os.getpid(),)
+            else:
+                # as plain bytes: handed over as objects, their tensors would be moved into shared memory under the
+                # feet of tasks already packed from them (seen: NaN replies)
+                initargs = (os.getpid(), pickle.dumps((method, fed)), worker_device)
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(start_method),
+                                            initializer=_worker_init, initargs=initargs)
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
         """With `in_order`, tasks go out in client order (for a reply fold), else largest first. A few tasks per

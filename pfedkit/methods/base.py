@@ -124,6 +124,11 @@ class Method:
         self._models: dict[str, SplitModel] = {}
         self._initial: Optional[State] = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (for a spawned worker or a Ray actor) without the working models: each process builds its own, on its
+        device, and never shares one it writes into."""
+        return {**self.__dict__, "_models": {}}
+
     # ---- hyper-parameters ----
     @classmethod
     def validate_params(cls, raw: Mapping[str, Any]) -> HyperParams:

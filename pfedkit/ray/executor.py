@@ -26,12 +26,15 @@ RESTARTS = 3  # an actor lost mid-round (killed, node gone) is restarted this of
 class ClientWorker:
     """One process of the cluster holding the method and the data for the run; it runs tasks one at a time."""
 
-    def __init__(self, method: Method, fed: Any, threads: int):
+    def __init__(self, method: Method, fed: Any, threads: int, device: str = "cpu"):
         torch.set_num_threads(threads)  # as the local pool's workers: one thread each, so numbers agree
-        self.method, self.fed = method, fed
+        self.device = torch.device(device)  # on a GPU: the one Ray gave this actor (CUDA_VISIBLE_DEVICES)
+        if self.device.type != "cpu":
+            torch.set_default_device(self.device)  # the models the method builds here go there too
+        self.method, self.fed = method, fed.to(self.device)
 
     def run(self, task: Task) -> tuple[int, Any]:
-        task.payload, task.client = unpack(task.payload), unpack(task.client)
+        task.payload, task.client = unpack(task.payload, self.device), unpack(task.client, self.device)
         cid, result = run_task(self.method, self.fed, task)
         if task.kind == "train":
             result = (pack(result[0]), pack(result[1]), result[2])
@@ -95,21 +98,38 @@ def connect(address: str) -> bool:
     return True
 
 
+def actor_count(requested: int, gpus_per_worker: float) -> int:
+    """run.workers, else one actor per CPU of the cluster (and, with GPUs, as many as their shares allow); a request
+    the cluster cannot meet is an error now, not actors waiting forever."""
+    resources = ray.cluster_resources()
+    cpus, gpus = int(resources.get("CPU", 1)), float(resources.get("GPU", 0))
+    if gpus_per_worker and not gpus:
+        raise PfedkitError(f"run.gpus_per_worker = {gpus_per_worker} asks Ray for GPUs, but the cluster has none; add "
+                           "nodes with GPUs (ray start --num-gpus N), or set run.gpus_per_worker = 0 and run.device = \"cpu\"")
+    fit = min(cpus, int(gpus / gpus_per_worker + 1e-9)) if gpus_per_worker else cpus
+    count = requested if requested > 0 else max(1, min(fit, MAX_ACTORS))
+    if count > cpus:
+        raise PfedkitError(f"run.workers = {count} Ray actors need {count} CPUs, but the cluster has {cpus}; lower "
+                           "run.workers or add nodes")
+    if gpus_per_worker and count * gpus_per_worker > gpus + 1e-9:
+        raise PfedkitError(f"run.workers = {count} Ray actors at run.gpus_per_worker = {gpus_per_worker} need "
+                           f"{count * gpus_per_worker:g} GPUs, but the cluster has {gpus:g}; lower either, or add GPUs")
+    return count
+
+
 class RayExecutor:
     """Tasks on `workers` actors (0: one per CPU of the cluster, at most MAX_ACTORS)."""
 
-    def __init__(self, method: Method, fed: Any, workers: int, address: str = "", **options: Any):
+    def __init__(self, method: Method, fed: Any, workers: int, address: str = "", worker_device: str = "cpu",
+                 gpus_per_worker: float = 0.0, **options: Any):
         self.started = connect(address)
         try:
-            cpus = int(ray.cluster_resources().get("CPU", 1))
-            self.workers = workers if workers > 0 else max(1, min(cpus, MAX_ACTORS))
-            if self.workers > cpus:
-                raise PfedkitError(f"run.workers = {self.workers} Ray actors need {self.workers} CPUs, but the cluster "
-                                   f"has {cpus}; lower run.workers or add nodes")
+            self.workers = actor_count(workers, gpus_per_worker)
             # sent once, shared by every actor on a node; held for the run so that a restarted actor finds them
             self.refs = (ray.put(method), ray.put(fed))
-            worker = ClientWorker.options(num_cpus=1, max_restarts=RESTARTS, max_task_retries=RESTARTS)
-            self.actors = [worker.remote(*self.refs, 1) for _ in range(self.workers)]
+            worker = ClientWorker.options(num_cpus=1, num_gpus=gpus_per_worker, max_restarts=RESTARTS,
+                                          max_task_retries=RESTARTS)
+            self.actors = [worker.remote(*self.refs, 1, worker_device) for _ in range(self.workers)]
             self.placement = self.check_actors()  # every actor built before round 0, or a clear error here
         except BaseException:
             self.close()

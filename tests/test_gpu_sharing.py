@@ -1,0 +1,64 @@
+"""Several worker processes on one GPU (run.gpus_per_worker): the spawned pool they run in, checked on the CPU, the
+errors a request that cannot be met gets, and on a GPU machine the run itself."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from pfedkit.data.federated import build_federated
+from pfedkit.engine.simulation import driver_device, make_method, simulate
+from pfedkit.engine.workers import Executor, Task
+from pfedkit.errors import ConfigError
+from pfedkit.io import read_csv
+from tests.test_engine import synthetic
+
+
+def replies_from(start_method: str) -> dict:
+    config = synthetic(method={"name": "fedper"}, partition={"scheme": "iid"})
+    fed = build_federated(config)
+    method = make_method(config, fed)
+    server = method.init_server()
+    tasks = [Task("train", cid, 0, method.broadcast(server, 0, cid), method.init_client(cid, fed.client(cid)),
+                  int(fed.train_sizes()[cid])) for cid in range(fed.num_clients)]
+    with Executor(method, fed, 2, start_method=start_method) as executor:
+        return {cid: reply for cid, (reply, _, _) in executor.run(tasks)}
+
+
+@pytest.mark.slow
+def test_a_spawned_pool_as_a_gpu_uses_gives_the_forked_pool_s_replies():
+    spawned, forked = replies_from("spawn"), replies_from("fork")
+    assert spawned.keys() == forked.keys()
+    assert all(torch.isfinite(v).all() for reply in forked.values() for v in reply.values() if isinstance(v, torch.Tensor))
+    for cid in forked:
+        assert all(torch.equal(spawned[cid][k], forked[cid][k]) for k in forked[cid] if isinstance(forked[cid][k], torch.Tensor))
+
+
+def test_a_pickled_method_carries_no_working_model():
+    config = synthetic(method={"name": "fedper"})
+    method = make_method(config, build_federated(config))
+    method.model  # built here
+    copy = pickle.loads(pickle.dumps(method))
+    assert copy._models == {} and method._models  # the copy builds its own, on its own device
+    assert all(torch.equal(copy.initial_state()[k], method.initial_state()[k]) for k in method.initial_state())
+
+
+def test_gpu_shares_without_a_gpu_device_or_on_ray_without_shares_are_config_errors():
+    with pytest.raises(ConfigError, match=r"run.gpus_per_worker = 0.5 shares a GPU .* set run.device = \"cuda\""):
+        driver_device(synthetic(run={"gpus_per_worker": 0.5}).run)
+    with pytest.raises(ConfigError, match=r"on Ray needs run.gpus_per_worker > 0"):
+        driver_device(synthetic(run={"backend": "ray", "device": "cuda"}).run)
+    with pytest.raises(ConfigError, match=r"run.gpus_per_worker.*less than or equal to 1"):
+        synthetic(run={"gpus_per_worker": 1.5})
+    assert driver_device(synthetic(run={"backend": "ray", "device": "cuda", "gpus_per_worker": 0.25}).run).type == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_four_workers_share_one_gpu_and_learn_as_one_process_does(tmp_path):
+    base = dict(method={"name": "fedavg"}, train={"rounds": 4, "join_ratio": 1.0})
+    simulate(synthetic(**base, run={"device": "cuda"}), tmp_path / "one", progress=False)
+    simulate(synthetic(**base, run={"device": "cuda", "gpus_per_worker": 0.25}), tmp_path / "shared", progress=False)
+    one, shared = (read_csv(tmp_path / run / "metrics.csv") for run in ("one", "shared"))
+    assert abs(float(one[-1]["acc"]) - float(shared[-1]["acc"])) < 0.02  # GPU kernels need not be bit-identical
