@@ -116,3 +116,16 @@ def test_one_seed_cannot_tell_a_gap_within_the_noise_of_its_last_evaluations(tmp
     assert near.startswith("- a above b: cannot tell on one seed (gap +1.00, within 2 standard errors of 2.89)")
     far = check_claims([{"text": "a above c", "column": "col", "rows": ["a", "c"]}], tmp_path, 4)[0]
     assert far == "- a above c: holds (a 85.00, c 70.00)"
+
+
+def test_a_claim_compares_rows_only_on_the_seeds_all_of_them_finished(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    fake_run(tmp_path / "col" / "a" / "seed0", [0.80] * 4, 3)
+    for seed, acc in enumerate((0.90, 0.60, 0.60)):  # b's mean over 3 seeds (70) is below a's one seed (80)
+        fake_run(tmp_path / "col" / "b" / f"seed{seed}", [acc] * 4, 3)
+    line = check_claims([{"text": "b above a", "column": "col", "rows": ["b", "a"]}], tmp_path, 4)[0]
+    assert line == "- b above a: holds (b 90.00, a 80.00; on the 1 seed(s) every row finished: seed0)"
+    fake_run(tmp_path / "col" / "c" / "seed5", [0.80] * 4, 3)
+    alone = check_claims([{"text": "c above a", "column": "col", "rows": ["c", "a"]}], tmp_path, 4)[0]
+    assert alone == "- c above a: cannot tell: no seed finished for every row (c: seed5; a: seed0)"

@@ -1,7 +1,7 @@
 """A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the last k evaluations).
 
 - "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them;
-  with two or more shared seeds, seed by seed (a seed fixes the partition and the sampled clients for every row), and a
+  only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled clients for every row), and a
   claim that holds on some seeds and not on others is reported as mixed; with one seed, a gap within two standard
   errors of the last-k means (from the spread of those k evaluations) is "cannot tell".
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
@@ -22,12 +22,12 @@ def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None
     return {d.name: 100 * mean_of_last(d, k, point) for d in finished_runs(out / column, row)}
 
 
-def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str]) -> float:
+def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str], seed: str) -> float:
     """Standard error (points) of the difference of two rows' last-k means, from the spread of their last k
-    evaluations (the first seed of each): what one seed cannot tell apart."""
+    evaluations (on `seed`): what one seed cannot tell apart."""
     spreads = []
     for row in rows:
-        run = finished_runs(out / column, row)[0]
+        run = next(d for d in finished_runs(out / column, row) if d.name == seed)
         values = [100 * acc for _, acc in headline_curve(run, point)[-k:]]
         spreads.append(statistics.variance(values) / len(values) if len(values) > 1 else 0.0)
     return math.sqrt(sum(spreads))
@@ -50,10 +50,18 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     runs = {row: finals(out, claim["column"], row, k, claim.get("point")) for row in claim["rows"]}
     if not all(runs.values()):
         return f"- {claim['text']}: not run"
+    # rows are compared on the seeds all of them finished: a seed fixes the partition, and means over other seeds differ
+    shared = sorted(set.intersection(*(set(v) for v in runs.values())))
+    if not shared:
+        seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in runs.items())
+        return f"- {claim['text']}: cannot tell: no seed finished for every row ({seeds})"
+    runs = {row: {seed: v[seed] for seed in shared} for row, v in runs.items()}
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
     strongest = max(others, key=lambda r: acc[r])
     numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in claim["rows"])
-    error = noise(out, claim["column"], [first, strongest], k, claim.get("point"))
+    if any(len(finals(out, claim["column"], row, k, claim.get("point"))) > len(shared) for row in claim["rows"]):
+        numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
+    error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
     return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers})"
 
 
