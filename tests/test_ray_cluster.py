@@ -2,20 +2,19 @@
 work spreads over both nodes and the run ends with the local backend's metrics."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from pfedkit.engine.simulation import simulate
-from tests.test_engine import synthetic
-from tests.test_ray import metrics
-
 ray = pytest.importorskip("ray")
 START_S = 120
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -52,21 +51,41 @@ def two_nodes(monkeypatch):
         ray_cli("stop", "--force", env=env)
 
 
+# The driver runs in a process of its own: Ray caches settings in a process that ran it before (test_ray.py's local
+# Ray leaves RAY_AUTH_MODE=token behind), and a cluster's driver should not inherit them.
+DRIVER = """
+import json, sys
+sys.path.insert(0, {repo!r})
+import ray
+from pfedkit.data.federated import build_federated
+from pfedkit.engine.simulation import make_method, simulate
+from pfedkit.ray.executor import RayExecutor
+from tests.test_engine import synthetic
+from tests.test_ray import metrics
+from pathlib import Path
+address, out = sys.argv[1], Path(sys.argv[2])
+same = {{}}
+for method in ("fedavg", "fedper"):
+    local = synthetic(method={{"name": method}}, train={{"rounds": 3}}, run={{"workers": 2}})
+    simulate(local, out / method / "local", progress=False)
+    on_cluster = synthetic(method={{"name": method}}, train={{"rounds": 3}},
+                           run={{"workers": 2, "backend": "ray", "ray_address": address}})
+    simulate(on_cluster, out / method / "cluster", progress=False)
+    same[method] = metrics(out / method / "cluster") == metrics(out / method / "local")
+fed = build_federated(local)
+with RayExecutor(make_method(local, fed), fed, 2, address=address) as executor:
+    nodes = len({{where["node"] for where in executor.placement}})
+    alive = len([n for n in ray.nodes() if n["Alive"]])
+print(json.dumps({{"same": same, "actor_nodes": nodes, "alive_nodes": alive}}))
+"""
+
+
 @pytest.mark.slow
 def test_two_nodes_spread_the_work_and_end_with_the_local_metrics(tmp_path, two_nodes):
-    from pfedkit.ray.executor import RayExecutor
-
-    for method in ("fedavg", "fedper"):
-        local = synthetic(method={"name": method}, train={"rounds": 3}, run={"workers": 2})
-        simulate(local, tmp_path / method / "local", progress=False)
-        on_cluster = synthetic(method={"name": method}, train={"rounds": 3},
-                               run={"workers": 2, "backend": "ray", "ray_address": two_nodes})
-        simulate(on_cluster, tmp_path / method / "cluster", progress=False)
-        assert metrics(tmp_path / method / "cluster") == metrics(tmp_path / method / "local"), method
-    ray.init(address=two_nodes, logging_level="ERROR", log_to_driver=False)
-    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    from pfedkit.data.federated import build_federated
-    from pfedkit.engine.simulation import make_method
-    fed = build_federated(local)
-    with RayExecutor(make_method(local, fed), fed, 2, address=two_nodes) as executor:
-        assert len({where["node"] for where in executor.placement}) == 2  # one actor on each node
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_DISABLE_USAGE_STATS": "1"}
+    done = subprocess.run([sys.executable, "-c", DRIVER.format(repo=str(REPO)), two_nodes, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["same"] == {"fedavg": True, "fedper": True}  # the same metrics as the local backend
+    assert got["alive_nodes"] == 2 and got["actor_nodes"] == 2  # one actor on each node
