@@ -67,19 +67,20 @@ class SpilledReplies(Mapping[int, State]):
 
 class RoundReplies:
     """The replies of one round as they arrive: folded into the aggregate (`fold`), or kept (`SpilledReplies`).
-    Replies holding inf or NaN are named in `nonfinite` and kept out of the aggregate; the engine stops the run."""
+    Replies holding inf or NaN keep their non-finite entries in `nonfinite`, out of the aggregate; the engine stops the
+    run."""
 
     def __init__(self, fold: Optional[WeightedMeanFold], folder: Path, budget: int):
         self.fold = fold
         self.kept = None if fold is not None else SpilledReplies(folder, budget)
         self.count, self.bytes = 0, 0
-        self.nonfinite: dict[int, list[str]] = {}
+        self.nonfinite: dict[int, State] = {}
 
     def add(self, cid: int, reply: State) -> None:
         self.count += 1
         self.bytes += message_bytes(reply)
         if bad := nonfinite_keys(reply):
-            self.nonfinite[cid] = bad
+            self.nonfinite[cid] = {key: reply[key] for key in bad}
         elif self.fold is not None:
             self.fold.add(cid, reply)
         else:

@@ -216,9 +216,7 @@ class RoundLoop:
         """Aggregate the replies that arrived (all finite, else the run stops): a dict of them, or those a
         RoundReplies took as they came; bytes down count every payload sent."""
         if isinstance(replies, RoundReplies):
-            if replies.nonfinite:
-                raise Diverged(round, "replies", replies.nonfinite, [k for ks in replies.nonfinite.values() for k in ks],
-                               self.config.method.name, likely_fix(self.config.train.lr, self.config.method_params()))
+            self.diverged(round, "replies", replies.nonfinite)
             server = replies.aggregate(self.method, self.server, round)
             count, bytes_up = replies.count, replies.bytes
         else:
@@ -421,14 +419,14 @@ class Simulation(RoundLoop):
                  for cid, payload in payloads.items()]
         return dict(self.executor.run(tasks))
 
-    def round_replies(self, round: int, payloads: dict[int, State]) -> RoundReplies:
+    def round_replies(self, round: int, tasks: list[Task]) -> RoundReplies:
         """Where this round's replies go: up to run.reply_memory_mb they are held; past it, a method aggregating by a
-        weighted mean folds them in as they arrive, any other keeps the rest on disk until aggregation."""
+        weighted mean folds them in as they arrive (weighted by the training sizes, the tasks' costs), any other keeps
+        the rest on disk until aggregation."""
         budget = int(self.config.run.reply_memory_mb * 2**20)
-        sizes = self.fed.train_sizes()
         fold = None
-        if len(payloads) * message_bytes(self.server) > budget:
-            fold = self.method.reply_fold(self.server, round, {cid: int(sizes[cid]) for cid in payloads})
+        if len(tasks) * message_bytes(self.server) > budget:
+            fold = self.method.reply_fold(self.server, round, {task.cid: task.cost for task in tasks})
         return RoundReplies(fold, self.out / "replies", budget)
 
     def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
@@ -436,7 +434,7 @@ class Simulation(RoundLoop):
         sizes = self.fed.train_sizes()
         tasks = [Task("train", cid, round, payload, partial(self.client_state, cid, round), int(sizes[cid]), evaluate_after)
                  for cid, payload in payloads.items()]
-        replies = self.round_replies(round, payloads)
+        replies = self.round_replies(round, tasks)
         new_states, nonfinite, after = {}, {}, {}
         # a fold takes replies in client order: sent in that order, they arrive nearly so and few wait
         for cid, (reply, client, measured) in self.executor.run(tasks, in_order=replies.fold is not None):

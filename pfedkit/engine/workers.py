@@ -80,6 +80,13 @@ def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
     return task.cid, evaluate_model(model, data.test_x, data.test_y)
 
 
+def settle_on(device: torch.device, fed: Any) -> Any:
+    """Make `device` where this worker process computes: the models the method builds here go there, and the data."""
+    if device.type != "cpu":
+        torch.set_default_device(device)
+    return fed.to(device)
+
+
 def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = "cpu") -> None:
     """A forked worker finds the method and data inherited; a spawned one (a GPU's) gets them pickled, on the CPU,
     and puts the data and every model it builds on its device."""
@@ -88,10 +95,8 @@ def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = 
     torch.set_num_threads(1)
     if shared is not None:
         _DEVICE = torch.device(device)
-        if _DEVICE.type != "cpu":
-            torch.set_default_device(_DEVICE)
         method, fed = pickle.loads(shared)
-        _SHARED = (method, fed.to(_DEVICE))
+        _SHARED = (method, settle_on(_DEVICE, fed))
 
 
 def _worker_run(task: Task) -> tuple[int, Any, float]:
@@ -139,8 +144,9 @@ def workers_per_gpu(requested: int, gpus_per_worker: float) -> int:
 class Executor:
     """Runs tasks and yields (cid, result) as they finish; the order of results never changes a number.
 
-    On the CPU, `workers` forked processes. With a `worker_device` other than the CPU (run.gpus_per_worker > 0), processes
-    started afresh ("spawn": CUDA does not survive a fork) that share that GPU, each with its own copy of the data.
+    On the CPU, `workers` forked processes. With a `worker_device` other than the CPU (run.gpus_per_worker > 0),
+    processes started afresh ("spawn": CUDA does not survive a fork) that share that GPU, each with its own copy of the
+    data.
     """
 
     def __init__(self, method: Method, fed: Any, workers: int, worker_device: str = "cpu", gpus_per_worker: float = 0.0,

@@ -1,9 +1,9 @@
 """A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the last k evaluations).
 
-- "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them;
-  only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled clients for every row), and a
-  claim that holds on some seeds and not on others is reported as mixed; with one seed, a gap within two standard
-  errors of the last-k means (from the spread of those k evaluations) is "cannot tell".
+- "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them,
+  only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled
+  clients for every row), and a claim that holds on some seeds and not on others is reported as mixed; with one seed,
+  a gap within two standard errors of the last-k means (from the spread of those k evaluations) is "cannot tell".
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
 A claim may name the evaluation `point` it is judged at ("start" or "after-local", for runs that measured both).
 """
@@ -55,11 +55,12 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     if not shared:
         seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in runs.items())
         return f"- {claim['text']}: cannot tell: no seed finished for every row ({seeds})"
+    some_seeds_left_out = any(len(v) > len(shared) for v in runs.values())
     runs = {row: {seed: v[seed] for seed in shared} for row, v in runs.items()}
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
     strongest = max(others, key=lambda r: acc[r])
     numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in claim["rows"])
-    if any(len(finals(out, claim["column"], row, k, claim.get("point"))) > len(shared) for row in claim["rows"]):
+    if some_seeds_left_out:
         numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
     error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
     return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers})"

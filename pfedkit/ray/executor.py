@@ -14,7 +14,7 @@ from ray.exceptions import RayActorError
 from ray.util import ActorPool
 
 import pfedkit
-from pfedkit.engine.workers import BACKENDS, Task, pack, prepared, run_task, submission_order, unpack
+from pfedkit.engine.workers import BACKENDS, Task, pack, prepared, run_task, settle_on, submission_order, unpack
 from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
 
@@ -29,9 +29,7 @@ class ClientWorker:
     def __init__(self, method: Method, fed: Any, threads: int, device: str = "cpu"):
         torch.set_num_threads(threads)  # as the local pool's workers: one thread each, so numbers agree
         self.device = torch.device(device)  # on a GPU: the one Ray gave this actor (CUDA_VISIBLE_DEVICES)
-        if self.device.type != "cpu":
-            torch.set_default_device(self.device)  # the models the method builds here go there too
-        self.method, self.fed = method, fed.to(self.device)
+        self.method, self.fed = method, settle_on(self.device, fed)
 
     def run(self, task: Task) -> tuple[int, Any]:
         task.payload, task.client = unpack(task.payload, self.device), unpack(task.client, self.device)
