@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from pfedkit.cli import main
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
 from pfedkit.experiments import reproduce
-from pfedkit.experiments.pipeline import method_config
+from pfedkit.experiments.pipeline import config_changes, method_config
 from pfedkit.experiments.reproduce import Column, Scale, Suite, cell_config, run_suite
 from pfedkit.experiments.suites import SUITES
 
@@ -158,3 +159,23 @@ def test_every_claim_compares_rows_that_differ_only_in_what_it_names():
     unlike = {f"{name}: {claim['text']}": found for name, suite in SUITES.items() for claim in suite.claims
               if (found := claim_differences(suite, claim))}
     assert unlike == {}
+
+
+def test_every_committed_run_folder_still_holds_its_suite_cell():
+    """A changed default or suite row would silently change what a committed result means (and stop its suite's
+    resume): every run folder under benchmarks/results/<suite>/ must be its cell's config at one of the scales."""
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    checked, stale = 0, []
+    for suite in SUITES.values():
+        for saved in sorted((results / suite.name.replace("-", "_")).glob("*/*/seed*/config.toml")):
+            column, row, seed = saved.parts[-4], saved.parts[-3], int(saved.parent.name[4:])
+            if column not in suite.columns or row not in suite.rows:
+                continue
+            cells = [method_config(cell_config(suite, scale, column, row), suite.method_of(row), seed)
+                     for scale in suite.scales]
+            found = [config_changes(saved, cell) for cell in cells]
+            checked += 1
+            if all(found):
+                stale.append(f"{saved.parent.relative_to(results)}: {min(found, key=len)}")
+    assert checked > 100
+    assert not stale, "\n".join(stale)

@@ -32,10 +32,11 @@ class FedAFKParams(HyperParams):
     mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (methods.md 1.3-c)")
     mix_buffers: bool = Field(True, description="also mix BatchNorm running statistics with mu; methods.md 1.3 step 3 (recommended)")
     kt_form: Literal["feature-mean", "feature-sum", "logits-personal-head", "logits-random-head"] = Field(
-        "feature-mean", description="Eq. 8's KL, a reading the paper leaves open: softmax over the features, batch mean "
-        "(feature-mean) or batch sum (feature-sum); or over the logits of both extractors' features through the "
-        "personal head phi_i (logits-personal-head) or the fixed random head phi_rd (logits-random-head); default the "
-        "literal reading until suite fedafk-kt settles it (docs/REPRODUCTION.md)")
+        "logits-personal-head", description="Eq. 8's KL, a reading the paper leaves open: softmax over the features, "
+        "batch mean (feature-mean, the literal reading) or batch sum (feature-sum); or over the logits of both "
+        "extractors' features through the personal head phi_i (logits-personal-head) or the fixed random head phi_rd "
+        "(logits-random-head); default logits-personal-head, the one ahead of no KT on each of suite fedafk-kt's 3 "
+        "seeds on CIFAR-10 (docs/REPRODUCTION.md)")
     personal_step: Literal["theta", "mixture"] = Field(
         "theta", description="the theta_i step of Eq. 5 on theta_i alone, or through the mixture mu*theta_i + "
         "(1 - mu)*theta_G as the mu step of Eq. 6 and APFL (theta_G held fixed)")
