@@ -1,4 +1,4 @@
-"""The `pfedkit` command: run, compare, partition, data, methods, demo."""
+"""The `pfedkit` command: run, compare, tune, reproduce, partition, data, methods, demo."""
 from __future__ import annotations
 
 import json
@@ -71,7 +71,8 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
         f"last {summary['last_acc']:.4f} [{summary['protocol']} protocol, "
         f"{'after local training' if summary['eval_point'] == 'after-local' else 'at round start'}]"
         + (f"; after local training best {summary['best_acc_after']:.4f}, last {summary['last_acc_after']:.4f}"
-           if summary["eval_point"] == "both" else "") + f"; results in {out}"
+           if summary["eval_point"] == "both" else "")
+        + (f"; evaluated on the {summary['evaluated_on']}" if "evaluated_on" in summary else "") + f"; results in {out}"
     )
 
 
@@ -227,6 +228,40 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
                       table_only=table_only, progress=not quiet, log=click.echo)
     click.echo(table)
     click.echo(f"table: {folder / 'table.md'}  ({folder / 'table.csv'}, curves_<column>.png)")
+
+
+@main.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.option("--method", "method", default=None, help="method to tune (default: the config's method.name)")
+@click.option("--trials", default=20, show_default=True, type=int, help="trials in all (complete, pruned or diverged)")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="tune folder (resumes if it holds one)")
+@click.option("--params", default="", help="comma-separated hyper-parameters to search (default: every declared range)")
+@click.option("--validation", default=0.2, show_default=True, type=float,
+              help="share of each client's training data held out to score trials (never the test split)")
+@click.option("--last-k", default=5, show_default=True, type=int, help="score: mean accuracy of the last k evaluations")
+@click.option("--seeds", default="0", show_default=True, callback=parse_seeds,
+              help="seeds of the test-split re-runs of the best and the default values ('' for none)")
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--data-root", "root", default=None, help=ROOT_HELP)
+@click.option("--quiet", is_flag=True, help="no progress bars")
+def tune(config: str, method: Optional[str], trials: int, out: str, params: str, validation: float, last_k: int,
+         seeds: list[int], overrides: tuple[str, ...], root: Optional[str], quiet: bool) -> None:
+    """Search a method's hyper-parameters on a validation split (Optuna), then re-run the best on the test split."""
+    from pfedkit.config import apply_overrides, read_toml
+    from pfedkit.experiments.pipeline import method_config
+    from pfedkit.tune import Tuner
+
+    raw = apply_overrides(read_toml(config), with_root(overrides, root))
+    method = method or raw.get("method", {}).get("name")
+    if not method:
+        raise click.UsageError("name the method to tune: --method NAME, or method.name in the config")
+    cfg = method_config(raw, method, raw.get("run", {}).get("seed", 0))  # the config's values apply to its own method
+    tuner = Tuner(cfg, Path(out), trials=trials, validation=validation, last_k=last_k, progress=not quiet,
+                  params=[p.strip() for p in params.split(",") if p.strip()])
+    result = tuner.run(seeds)
+    click.echo((Path(out) / "tune.md").read_text().rstrip())
+    click.echo(f"best config: {Path(out) / 'best.toml'} (pfedkit run {Path(out) / 'best.toml'} --out ...); "
+               f"trials: {Path(out) / 'trials.csv'}, {Path(out) / 'search.png'}; tuned {result['tuned']}")
 
 
 @main.command()

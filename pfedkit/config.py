@@ -81,6 +81,9 @@ class EvalSection(Section):
     # after-local: each trained client's model right after its local update (FedPAC's released code, FL-bench); both
     point: Literal["start", "after-local", "both"] = "start"
     clients: int = Field(0, ge=0)  # clients evaluated at the start of a round: a seeded sample of this many; 0 = all
+    # a share of each client's training data held out as its validation split (seeded); > 0 makes the run a tuning
+    # run: clients train on the rest, every evaluation reads the validation split, the test split is never loaded
+    validation: float = Field(0.0, ge=0, lt=1)
 
 
 class ProxySection(Section):
@@ -112,6 +115,9 @@ class RunSection(Section):
     # in one process (run.device), as before. Needs run.device = "cuda"
     gpus_per_worker: float = Field(0.0, ge=0, le=1)
     ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
+    # trackers that also get every round's metrics, the config and the curves (optional extras: pip install -e
+    # ".[tracking]"); W&B runs offline, into the run folder, unless you are logged in (`wandb login`)
+    log_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
 
     @field_validator("device")
     @classmethod
@@ -240,7 +246,7 @@ def dump_toml(data: dict[str, Any]) -> str:
 # the same run (the data themselves are checked by data.checksum).
 PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
                   "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb",
-                  "run.gpus_per_worker")
+                  "run.gpus_per_worker", "run.log_to")
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pfedkit.data.partition import (
     partition_labels,
     pfllib_min_samples,
     split_train_test,
+    split_validation,
 )
 from pfedkit.data.sources import DataSource, content_checksum, load_dataset
 from pfedkit.errors import ConfigError
@@ -27,10 +28,10 @@ class FederatedDataset:
     input_shape: tuple[int, int, int]
     train_x: torch.Tensor
     train_y: torch.Tensor
-    test_x: torch.Tensor  # the same tensors as train_* under the pfllib protocol (merged pool)
+    test_x: torch.Tensor  # the same tensors as train_* under the pfllib protocol (merged pool) or eval.validation
     test_y: torch.Tensor
     train_idx: list[np.ndarray]
-    test_idx: list[np.ndarray]
+    test_idx: list[np.ndarray]  # each client's evaluation split: test, or validation under eval.validation
     server: ServerData | None = None  # validation and proxy data held by the server ([proxy] section)
     checksum: str = ""  # content_checksum of the data set as loaded (before data.fraction)
     origin: str = ""  # which copy of the data set was read, where there are several (DataSource.origin)
@@ -115,6 +116,8 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
         min_samples = part.min_samples if part.min_samples is not None else default_min_samples(config, len(y))
         clients = partition_labels(y.numpy(), part.scheme, part.clients, seed, min_samples=min_samples, **options)
         train_idx, test_idx = split_train_test(clients, part.test_fraction, seed)
+        if config.eval.validation > 0:  # the test indices are dropped: nothing in a tuning run can read them
+            train_idx, test_idx = split_validation(train_idx, config.eval.validation, seed)
         return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx,
                                 server, checksum, source.origin, source.origin_sha256)
     if source.test_x is None:
@@ -125,6 +128,11 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     y = source.train_y.numpy()
     min_samples = part.min_samples if part.min_samples is not None else default_min_samples(config, len(y))
     train_idx = partition_labels(y, part.scheme, part.clients, seed, min_samples=min_samples, **options)
+    if config.eval.validation > 0:  # the official test split is not kept: a tuning run evaluates on training data
+        train_idx, val_idx = split_validation(train_idx, config.eval.validation, seed)
+        return FederatedDataset(source.name, "official-test", source.num_classes, source.input_shape, source.train_x,
+                                source.train_y, source.train_x, source.train_y, train_idx, val_idx, server, checksum,
+                                source.origin, source.origin_sha256)
     test_idx = draw_test_like(y, train_idx, source.test_y.numpy(), seed, per_client=part.test_per_client)
     return FederatedDataset(
         source.name, "official-test", source.num_classes, source.input_shape,

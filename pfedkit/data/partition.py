@@ -23,7 +23,7 @@ from pfedkit.errors import DataError
 SCHEMES = ("iid", "dirichlet", "pathological", "dominant-classes")
 
 _MAX_BATCH_CELLS = 1 << 22  # bound on draws x classes x clients held at once while redrawing
-_SPLIT_SALT, _TEST_SALT = 1, 2  # keep the per-client streams of the two test protocols apart
+_SPLIT_SALT, _TEST_SALT, _VALIDATION_SALT = 1, 2, 3  # keep the per-client streams of the splits apart
 
 
 def pfllib_min_samples(num_labels: int, num_clients: int, batch_size: int = 10, train_fraction: float = 0.75) -> int:
@@ -74,7 +74,7 @@ def partition_labels(labels: np.ndarray, scheme: str, num_clients: int, seed: in
     return _assign(labels, num_classes, counts, rng)
 
 
-def split_train_test(client_indices: list[np.ndarray], test_fraction: float, seed: int
+def split_train_test(client_indices: list[np.ndarray], test_fraction: float, seed: int, *, salt: int = _SPLIT_SALT
                      ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Protocol "pfllib": per client, a seeded shuffle puts round(test_fraction * n) samples in test.
 
@@ -89,10 +89,17 @@ def split_train_test(client_indices: list[np.ndarray], test_fraction: float, see
         idx = np.asarray(idx, dtype=np.int64)
         size = len(idx)
         n_test = 0 if size < 2 else min(max(int(np.floor(test_fraction * size + 0.5)), 1), size - 1)
-        shuffled = _rng(seed, _SPLIT_SALT, cid).permutation(idx)
+        shuffled = _rng(seed, salt, cid).permutation(idx)
         test.append(np.sort(shuffled[:n_test]))
         train.append(np.sort(shuffled[n_test:]))
     return train, test
+
+
+def split_validation(train_indices: list[np.ndarray], share: float, seed: int
+                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each client's training indices split into (train, validation): a seeded share, on its own random stream, so
+    the same seed gives every tuning trial the same validation split."""
+    return split_train_test(train_indices, share, seed, salt=_VALIDATION_SALT)
 
 
 def draw_test_like(train_labels: np.ndarray, client_train_indices: list[np.ndarray], test_labels: np.ndarray,

@@ -5,7 +5,7 @@ import contextlib
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from tqdm import tqdm
@@ -31,6 +31,7 @@ METRIC_COLUMNS = (
 )
 AFTER_COLUMNS = ("acc" + AFTER, "acc_client_mean" + AFTER, "loss" + AFTER)  # with eval.point after-local or both
 CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
+RoundObserver = Callable[[dict[str, Any]], None]  # sees each round's metrics row (tracking, a tuner's pruning)
 
 
 def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: int) -> list[int]:
@@ -93,8 +94,10 @@ class RoundLoop:
     method: Method
     num_clients: int
 
-    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True):
+    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
+                 observers: Sequence[RoundObserver] = ()):
         self.config, self.out, self.progress = with_absolute_root(config), Path(out), progress
+        self.observers = list(observers)
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder
         try:
             self._prepare_out_dir(resume)
@@ -304,6 +307,8 @@ class RoundLoop:
                 atomic_write_csv(self.out / "metrics.csv", self.rows, self.metric_columns)
                 if self.next_round % cfg.run.checkpoint_every == 0 or round == rounds:
                     self.checkpoint()
+                for observe in self.observers:  # after the checkpoint: an observer may stop the run (a pruned trial)
+                    observe(row)
                 if round < rounds:
                     round_s = row["train_s"] + row["eval_s"]
                     bar.update(1)
@@ -335,6 +340,8 @@ class RoundLoop:
             "protocol": cfg.eval.protocol, "eval_point": cfg.eval.point, "seed": cfg.run.seed, "rounds": cfg.train.rounds,
             "clients": self.num_clients,
             **({"evaluated_per_round": min(cfg.eval.clients, self.num_clients)} if cfg.eval.clients else {}),
+            **({"evaluated_on": f"validation ({cfg.eval.validation:g} of each client's training data)"}
+               if cfg.eval.validation else {}),  # a tuning run's accuracies are not test accuracies
             **headline, **after,
             "train_s": sum(r["train_s"] for r in self.rows), "eval_s": sum(r["eval_s"] for r in self.rows),
             "bytes_down": sum(r["bytes_down"] for r in self.rows), "bytes_up": sum(r["bytes_up"] for r in self.rows),
@@ -349,9 +356,9 @@ class Simulation(RoundLoop):
     last checkpoint (or round 0) to the end."""
 
     def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                 fed: Optional[FederatedDataset] = None):
+                 fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = ()):
         self.device = driver_device(config.run)
-        super().__init__(config, out, resume=resume, progress=progress)
+        super().__init__(config, out, resume=resume, progress=progress, observers=observers)
         try:
             fed = fed or build_federated(self.config)
             self.verify_data(fed.checksum)
@@ -458,7 +465,7 @@ class Simulation(RoundLoop):
 
 
 def simulate(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-             fed: Optional[FederatedDataset] = None) -> dict[str, Any]:
+             fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = ()) -> dict[str, Any]:
     """One run to its end (from its checkpoint with `resume`); its summary. `pfedkit.experiments.run_experiment` adds
-    the run's plot."""
-    return Simulation(config, out, resume=resume, progress=progress, fed=fed).run()
+    the run's plot. Each observer is called with every round's metrics row once it is written (tracking, pruning)."""
+    return Simulation(config, out, resume=resume, progress=progress, fed=fed, observers=observers).run()

@@ -62,8 +62,8 @@ def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
 def data_identity(config: Config) -> str:
     """What a run's FederatedDataset depends on: runs that agree on it share one (the partition is seeded)."""
     return json.dumps([config.data.model_dump(mode="json", exclude={"checksum"}), config.partition.model_dump(mode="json"),
-                       config.eval.protocol, config.proxy.model_dump(mode="json"), config.run.seed,
-                       config.train.batch_size], sort_keys=True)  # the batch size sets PFLlib's minimum client size
+                       config.eval.protocol, config.eval.validation, config.proxy.model_dump(mode="json"),
+                       config.run.seed, config.train.batch_size], sort_keys=True)  # the batch size sets PFLlib's minimum client size
 
 
 def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True,

@@ -2,20 +2,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from pfedkit.config import Config
 from pfedkit.data.federated import FederatedDataset
-from pfedkit.engine.simulation import simulate
+from pfedkit.engine.simulation import RoundObserver, simulate
 from pfedkit.io import read_csv
 from pfedkit.reports.plots import point_curves, save_curves
+from pfedkit.tracking import Trackers
 
 
 def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                   fed: Optional[FederatedDataset] = None) -> dict[str, Any]:
-    """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary."""
-    summary = simulate(config, out, resume=resume, progress=progress, fed=fed)
-    draw_run_curves(Path(out), config)
+                   fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = ()) -> dict[str, Any]:
+    """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary. `observers` see
+    every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too."""
+    trackers = Trackers(config, Path(out))
+    summary, curves = None, None
+    try:
+        summary = simulate(config, out, resume=resume, progress=progress, fed=fed, observers=[trackers, *observers])
+        curves = draw_run_curves(Path(out), config)
+    finally:
+        trackers.close(summary, curves)
     return summary
 
 

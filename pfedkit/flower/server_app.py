@@ -9,14 +9,15 @@ from __future__ import annotations
 import time
 import uuid
 from logging import INFO, WARNING
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 import pfedkit
-from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop
+from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop, RoundObserver
 from pfedkit.errors import PfedkitError
 from pfedkit.flower.records import from_records, to_records
 from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, RunSettings
@@ -25,6 +26,7 @@ from pfedkit.io import atomic_write_csv
 from pfedkit.records import State
 from pfedkit.registry import build_method
 from pfedkit.reports.plots import point_curves, save_curves
+from pfedkit.tracking import Trackers
 
 app = ServerApp()
 REPLY_COLUMNS = ("round", "client", "node", "evaluated", "trained", "state_round", "eval_s", "train_s")
@@ -33,8 +35,8 @@ REPLY_COLUMNS = ("round", "client", "node", "evaluated", "trained", "state_round
 class FlowerRun(RoundLoop):
     columns = METRIC_COLUMNS + ("answered", "missing")
 
-    def __init__(self, grid: Grid, settings: RunSettings):
-        super().__init__(settings.config, settings.out, resume=settings.resume, progress=False)
+    def __init__(self, grid: Grid, settings: RunSettings, observers: Sequence[RoundObserver] = ()):
+        super().__init__(settings.config, settings.out, resume=settings.resume, progress=False, observers=observers)
         try:
             self.grid, self.settings = grid, settings
             self.num_clients = settings.config.partition.clients
@@ -226,6 +228,11 @@ def server_data(config) -> Any:
 def main(grid: Grid, context: Context) -> None:
     settings = RunSettings.from_run_config(context.run_config)
     log(INFO, "pfedkit: %s on Flower, results in %s", settings.config.method.name, settings.out)
-    summary = FlowerRun(grid, settings).run()
+    trackers = Trackers(settings.config, Path(settings.out))  # run.log_to, as in a simulation
+    summary = None
+    try:
+        summary = FlowerRun(grid, settings, observers=[trackers]).run()
+    finally:
+        trackers.close(summary, Path(settings.out) / "curves.png" if summary else None)
     log(INFO, "pfedkit: done: best acc %s (round %s), last %s", summary.get("best_acc"), summary.get("best_round"),
         summary.get("last_acc"))

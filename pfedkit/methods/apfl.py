@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, register
+from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.fedafk import clip_unit
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
@@ -19,7 +19,8 @@ from pfedkit.records import ClientData, State
 
 
 class APFLParams(HyperParams):
-    alpha_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight; our choice within the paper's grid {0.25, 0.5, 0.75} (Sec. 6)")
+    alpha_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight; our choice within the paper's grid {0.25, 0.5, 0.75} (Sec. 6)",
+        json_schema_extra=searched(0.25, 0.75, source="the APFL paper's grid {0.25, 0.5, 0.75}"))
     adaptive_alpha: bool = Field(True, description="learn alpha by gradient descent (the paper's adaptive APFL); false keeps alpha_init")
 
 

@@ -8,14 +8,15 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, register
+from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
 
 
 class DittoParams(HyperParams):
-    prox_weight: float = Field(0.1, gt=0, description="lambda of the personal objective; our choice in the Ditto paper's grid {0.05, 0.1, 0.2, 0.5, 1, 2}")
+    prox_weight: float = Field(0.1, gt=0, description="lambda of the personal objective; our choice in the Ditto paper's grid {0.05, 0.1, 0.2, 0.5, 1, 2}",
+        json_schema_extra=searched(0.05, 2.0, log=True, source="the Ditto paper's grid {0.05, ..., 2}"))
     personal_epochs: int = Field(1, ge=1, description="epochs on the personal model per round; our choice, as PFLlib (the paper runs as many as the global)")
 
 

@@ -18,15 +18,17 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from pfedkit.methods.base import HyperParams, frozen, register, variant
+from pfedkit.methods.base import HyperParams, frozen, register, searched, variant
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel, eval_mode
 from pfedkit.records import ClientData, State
 
 
 class FedAFKParams(HyperParams):
-    kt_weight: float = Field(0.3, ge=0, le=1, description="lambda, weight of the feature KL; paper Table 1 and Sec. 5.2 (0 = ablation w/o KT)")
-    mu_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight mu_i; paper Table 2")
+    kt_weight: float = Field(0.3, ge=0, le=1, description="lambda, weight of the feature KL; paper Table 1 and Sec. 5.2 (0 = ablation w/o KT)",
+        json_schema_extra=searched(0.1, 0.7, source="FedAFK Table 1's range"))
+    mu_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight mu_i; paper Table 2",
+        json_schema_extra=searched(0.1, 1.0, source="FedAFK Table 2's range"))
     adaptive_aggregation: bool = Field(True, description="false = ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)")
     teacher: Literal["received", "current"] = Field("received", description="KL teacher: the received global extractor (Eq. 5; methods.md 1.5-c) or its concurrently updated copy")
     mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (methods.md 1.3-c)")

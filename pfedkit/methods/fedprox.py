@@ -3,14 +3,15 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from pfedkit.methods.base import HyperParams, register
+from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.fedavg import FedAvg, FedAvgFT
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
 
 
 class FedProxParams(HyperParams):
-    mu: float = Field(0.01, gt=0, description="proximal weight; FedProx paper grid {0.001, 0.01, 0.1, 1}, our choice 0.01 (PFLlib's default 0 switches it off)")
+    mu: float = Field(0.01, gt=0, description="proximal weight; FedProx paper grid {0.001, 0.01, 0.1, 1}, our choice 0.01 (PFLlib's default 0 switches it off)",
+        json_schema_extra=searched(0.001, 1.0, log=True, source="the FedProx paper's grid {0.001, 0.01, 0.1, 1}"))
 
 
 @register

@@ -1,7 +1,7 @@
 """FedRep (Collins et al., 2021): train the personal head with the body frozen, then the body with the head frozen."""
 from pydantic import Field
 
-from pfedkit.methods.base import HyperParams, register
+from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -9,7 +9,8 @@ from pfedkit.records import ClientData, State
 
 class FedRepParams(HyperParams):
     # Unverified against the paper text: FedRep-derived code runs local_ep=10 including local_rep_ep=1 (9 head epochs).
-    head_epochs: int = Field(10, ge=1, description="head epochs per round; our reading of FedRep Sec. 5 (its code's defaults give 9 head + 1 body); body epochs = train.local_epochs")
+    head_epochs: int = Field(10, ge=1, description="head epochs per round; our reading of FedRep Sec. 5 (its code's defaults give 9 head + 1 body); body epochs = train.local_epochs",
+        json_schema_extra=searched(1, 10, source="PFLlib's 1 to the FedRep paper's 10"))
 
 
 @register

@@ -20,7 +20,17 @@ from pydantic import Field
 from scipy.optimize import minimize_scalar
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, Method, add_prefix, register, select, strip_prefix, variant, weighted_mean
+from pfedkit.methods.base import (
+    HyperParams,
+    Method,
+    add_prefix,
+    register,
+    searched,
+    select,
+    strip_prefix,
+    variant,
+    weighted_mean,
+)
 from pfedkit.methods.prototypes import aggregate_prototypes, eval_features, local_prototypes, prototype_mse
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -31,11 +41,13 @@ EPS = 1e-6
 
 
 class PGFedSplitParams(HyperParams):
-    proto_weight: float = Field(5.0, ge=0, description="lambda of Eq. 14; paper: 5")
+    proto_weight: float = Field(5.0, ge=0, description="lambda of Eq. 14; paper: 5",
+        json_schema_extra=searched(0.5, 20.0, log=True, source="our choice, around the paper's 5"))
     proto_distance: Literal["mse", "squared-norm"] = Field(
         "mse", description="Eq. 14's distance: mean squared error over the feature dimensions (nn.MSELoss, as FedPAC's "
         "and PFLlib's code; methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same lambda")
-    period_init: int = Field(5, ge=1, description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)")
+    period_init: int = Field(5, ge=1, description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)",
+        json_schema_extra=searched(1, 20, source="our choice: the paper's 5 (20 clients) to 20 (100 clients)"))
     period_min: int = Field(1, ge=1, description="tau_min; not given, methods.md 3.4-d: 1")
     period_max: int = Field(20, ge=1, description="tau_max; not given, methods.md 3.4-d: 20")
     adaptive_period: bool = Field(True, description="APA: move tau with the mean alpha; false keeps tau fixed (ablation w/o APA)")

@@ -1,0 +1,128 @@
+"""`pfedkit tune`: a validation split carved from the clients' training data, trials that never read the test split,
+a study that resumes after being killed, and a best config that `pfedkit run` takes."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pfedkit.cli import main
+from pfedkit.data import federated
+from pfedkit.data.federated import build_federated
+from pfedkit.errors import ConfigError
+from pfedkit.methods.base import search_space
+from pfedkit.methods.fedprox import FedProxParams
+from pfedkit.registry import build_config, load_config
+from pfedkit.tune import Tuner, searched_space
+
+pytest.importorskip("optuna")
+
+DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits.toml"
+SYNTHETIC = {"data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 300}},
+             "partition": {"scheme": "dirichlet", "beta": 0.5, "clients": 4, "min_samples": 10},
+             "model": {"name": "mlp"}, "method": {"name": "fedprox"},
+             "train": {"rounds": 3, "batch_size": 20, "lr": 0.05}, "run": {"workers": 1}}
+
+
+def config(**changes) -> dict:
+    raw = {k: dict(v) for k, v in SYNTHETIC.items()}
+    for section, values in changes.items():
+        raw[section] = {**raw.get(section, {}), **values}
+    return raw
+
+
+@pytest.mark.parametrize("protocol", ["pfllib", "official-test"])
+def test_the_validation_split_is_carved_from_training_data_and_the_same_for_every_trial(protocol):
+    plain = build_federated(build_config(config(eval={"protocol": protocol})))
+    tuning = build_config(config(eval={"protocol": protocol, "validation": 0.25}))
+    first, again = build_federated(tuning), build_federated(tuning)
+    for cid in range(plain.num_clients):
+        train, val = first.train_idx[cid], first.test_idx[cid]
+        assert len(val) > 0 and not set(train) & set(val)
+        assert sorted([*train, *val]) == sorted(plain.train_idx[cid])  # all of it was training data
+        if protocol == "pfllib":  # one pool: the test indices are other samples of it
+            assert not set(val) & set(plain.test_idx[cid])
+        np.testing.assert_array_equal(val, again.test_idx[cid])
+        assert abs(len(val) - 0.25 * len(plain.train_idx[cid])) <= 1
+    if protocol == "official-test":  # the official test tensors are not even kept
+        assert first.test_x is first.train_x
+
+
+def test_a_trial_never_reads_the_test_split(tmp_path, monkeypatch):
+    """The official test split's labels are made impossible: a run that evaluated on it would fail."""
+    load = federated.load_dataset
+
+    def poisoned(*args, **kwargs):
+        source = load(*args, **kwargs)
+        return replace(source, test_y=source.test_y + 1000)
+
+    monkeypatch.setattr(federated, "load_dataset", poisoned)
+    raw = config(eval={"protocol": "official-test"})
+    with pytest.raises(Exception):  # the control: reading the test split does fail
+        from pfedkit.experiments import run_experiment
+        run_experiment(build_config(raw), tmp_path / "control", progress=False)
+    result = Tuner(build_config(raw), tmp_path / "tune", trials=2, validation=0.25, progress=False).run(test_seeds=())
+    assert result["trials"] == 2 and result["validation_tuned"] > 0
+    with (tmp_path / "tune" / "trials.csv").open() as f:
+        assert [r["state"] for r in csv.DictReader(f)] == ["complete", "complete"]
+
+
+def test_search_ranges_are_declared_beside_the_defaults_and_bad_requests_are_named():
+    space = search_space(FedProxParams)
+    assert space["mu"]["log"] and space["mu"]["low"] < FedProxParams().mu < space["mu"]["high"]
+    with pytest.raises(ConfigError, match="declares no search range.*fedprox"):
+        searched_space("fedavg")
+    with pytest.raises(ConfigError, match="only for mu"):
+        searched_space("fedprox", ["lr"])
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        Tuner(build_config(config()), Path("unused"), trials=2, validation=0.0)
+
+
+def test_a_tune_resumes_after_being_killed_and_writes_a_config_run_accepts(tmp_path):
+    out = tmp_path / "tune"
+    command = [sys.executable, "-m", "pfedkit", "tune", str(DIGITS), "--method", "fedprox", "--trials", "4",
+               "--out", str(out), "--seeds", "", "--quiet", "--set", "train.rounds=12", "--set", "run.workers=1",
+               "--set", "run.checkpoint_every=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # kill it inside its second trial, once a round of that trial is checkpointed
+        folders = list(out.glob("trials/trial-*"))
+        if len(folders) >= 2 and any((f / "checkpoint.pt").exists() and not (f / "summary.json").exists()
+                                     for f in folders):
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    with (out / "trials.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    done = [r for r in rows if r["state"] in ("complete", "pruned")]
+    assert len(done) == 4 and rows[0]["defaults"] == "True" and float(rows[0]["mu"]) == 0.01
+    cut = [r for r in rows if r["state"] == "fail"]
+    assert len(cut) == 1  # the trial the kill cut off, tried again with its values in its own folder
+    retried = [r for r in rows if r["run_dir"] == cut[0]["run_dir"] and r["state"] != "fail"]
+    assert retried and retried[0]["mu"] == cut[0]["mu"]
+    best = load_config(out / "best.toml")
+    assert best.method.name == "fedprox" and best.eval.validation == 0 and best.train.rounds == 12
+    assert best.method_params()["mu"] in {float(r["mu"]) for r in done}
+    ran = CliRunner().invoke(main, ["run", str(out / "best.toml"), "--out", str(tmp_path / "best"), "--quiet",
+                                    "--set", "train.rounds=1", "--set", "run.workers=1"])
+    assert ran.exit_code == 0, ran.output
+    assert (out / "search.png").exists() and "| tuned |" in (out / "tune.md").read_text()
+
+
+def test_a_tune_of_another_setup_in_the_same_folder_is_refused(tmp_path):
+    Tuner(build_config(config()), tmp_path, trials=1, validation=0.25, progress=False).run(test_seeds=())
+    with pytest.raises(ConfigError, match="another setup"):
+        Tuner(build_config(config()), tmp_path, trials=1, validation=0.3, progress=False).run(test_seeds=())
