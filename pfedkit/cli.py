@@ -206,10 +206,12 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--table-only", is_flag=True, help="write the table from the finished runs in --out, train nothing")
+@click.option("--tuned", "tuned", default=None, type=click.Path(file_okay=False),
+              help="folder of `pfedkit tune` outputs, one per row (DIR/<row>/): those rows run at their tuned values")
 @click.option("--quiet", is_flag=True, help="no progress bars")
 def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int], out: Optional[str], rows: Optional[str],
               columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
-              table_only: bool, quiet: bool) -> None:
+              table_only: bool, tuned: Optional[str], quiet: bool) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
     from pfedkit.experiments.reproduce import describe, run_suite
     from pfedkit.experiments.suites import SUITES
@@ -225,7 +227,7 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
     folder = Path(out) if out else Path("runs") / "reproduce" / suite
     table = run_suite(SUITES[suite], scale=scale, seeds=seeds, out=folder, overrides=overrides,
                       rows=split(rows), columns=split(columns), data_root=root, workers=workers,
-                      table_only=table_only, progress=not quiet, log=click.echo)
+                      table_only=table_only, progress=not quiet, tuned=Path(tuned) if tuned else None, log=click.echo)
     click.echo(table)
     click.echo(f"table: {folder / 'table.md'}  ({folder / 'table.csv'}, curves_<column>.png)")
 
@@ -270,14 +272,19 @@ def methods() -> None:
     from types import SimpleNamespace
 
     from pfedkit.methods import METHODS
+    from pfedkit.methods.base import search_space
 
     for name in sorted(METHODS):
         cls = METHODS[name]
         click.echo(f"{name}: {cls.summary}")
         from_run = cls.Params.run_defaults(SimpleNamespace(rounds=1, join_ratio=1.0))  # keys filled in from the run
+        space = search_space(cls.Params)
         for field, info in cls.Params.model_fields.items():
             default = "(from the run)" if field in from_run else "(required)" if info.is_required() else repr(info.default)
-            click.echo(f"    {field} = {default}  # {info.description or ''}")
+            searched = space.get(field)
+            tune = (f" [tune: {searched['low']}..{searched['high']}{', log' if searched['log'] else ''}; "
+                    f"{searched['source']}]" if searched else "")
+            click.echo(f"    {field} = {default}  # {info.description or ''}{tune}")
 
 
 @main.command()

@@ -200,7 +200,11 @@ class Tuner:
         rows = trial_rows(study, self.space)
         atomic_write_csv(self.out / "trials.csv", rows, list(rows[0]))
         plot_search(rows, self.space, self.out / "search.png", f"tune {self.config.method.name}")
-        result = {"method": self.config.method.name, "tuned": tuned, "defaults": defaults,
+        cfg = self.config
+        tuned_on = (f"{cfg.data.dataset} ({cfg.data.fraction:g} of it), {cfg.partition.clients} clients, "
+                    f"{cfg.partition.scheme}, {cfg.train.rounds} rounds, seed {cfg.run.seed}: a {self.validation:g} "
+                    f"validation split, {len(rows)} trials")
+        result = {"method": self.config.method.name, "tuned": tuned, "defaults": defaults, "tuned_on": tuned_on,
                   "validation_tuned": best.value, "validation_defaults": _defaults_score(study),
                   "trials": len(rows), "test": {}}
         for label, values in (("tuned", tuned), ("defaults", defaults)):

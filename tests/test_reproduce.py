@@ -179,3 +179,22 @@ def test_every_committed_run_folder_still_holds_its_suite_cell():
                 stale.append(f"{saved.parent.relative_to(results)}: {min(found, key=len)}")
     assert checked > 100
     assert not stale, "\n".join(stale)
+
+
+def test_a_suite_runs_rows_at_their_tuned_values_and_its_table_says_so(tmp_path):
+    suite = Suite(name="tiny-tuned", paper="a tiny tuned table", base=TINY.base, columns={"a": Column("A", {})},
+                  rows=("fedavg", "fedprox"), scales={"small": Scale({"train": {"rounds": 1}}, 1.0, "1 round")})
+    tunes = tmp_path / "tunes"
+    (tunes / "fedprox").mkdir(parents=True)
+    (tunes / "fedprox" / "tune.json").write_text(json.dumps(
+        {"method": "fedprox", "tuned": {"mu": 0.3}, "tuned_on": "synthetic, 3 clients: a 0.2 validation split"}))
+    table = run_suite(suite, out=tmp_path / "out", progress=False, tuned=tunes, log=lambda line: None)
+    saved = tomllib.loads((tmp_path / "out" / "a" / "fedprox" / "seed0" / "config.toml").read_text())
+    assert saved["method"]["mu"] == 0.3
+    assert "mu" not in tomllib.loads((tmp_path / "out" / "a" / "fedavg" / "seed0" / "config.toml").read_text())["method"]
+    assert "- fedprox: mu = 0.3 (tuned on synthetic, 3 clients: a 0.2 validation split)" in table
+    (tunes / "fedprox" / "tune.json").write_text(json.dumps({"method": "ditto", "tuned": {"prox_weight": 1.0}}))
+    with pytest.raises(ConfigError, match="tuned ditto, but row fedprox runs fedprox"):
+        run_suite(suite, out=tmp_path / "out", progress=False, tuned=tunes)
+    with pytest.raises(ConfigError, match="no <row>/tune.json"):
+        run_suite(suite, out=tmp_path / "out", progress=False, tuned=tmp_path / "out")

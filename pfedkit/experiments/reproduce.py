@@ -8,6 +8,7 @@ The suites themselves are data: one TOML file per paper table in `pfedkit/experi
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -176,17 +177,58 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
               overrides: Sequence[str] = (), rows: Optional[Sequence[str]] = None,
               columns: Optional[Sequence[str]] = None, data_root: Optional[str] = None,
               workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print) -> str:
-    """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown."""
+              tuned: Optional[Path] = None, log: Callable[[str], None] = print) -> str:
+    """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown. With
+    `tuned`, rows that have a `pfedkit tune` folder there (<tuned>/<row>/tune.json) run at their tuned values."""
+    tuned_rows = read_tuned(Path(tuned), suite, rows) if tuned is not None else {}
+    if tuned_rows and not table_only:
+        record_tuned(Path(out), tuned_rows)
     missing, _ = run_cells(suite, scale=scale, seeds=seeds, out=out, overrides=overrides, rows=rows, columns=columns,
-                        data_root=data_root, workers=workers, train=not table_only, progress=progress, log=log)
+                        data_root=data_root, workers=workers, train=not table_only, progress=progress, log=log,
+                        tuned={r: t["values"] for r, t in tuned_rows.items()})
     return write_suite_outputs(suite, Path(out), missing, scale)
+
+
+TUNED = "tuned.json"  # in a suite's folder: the rows that ran at tuned values, the values and what they were tuned on
+
+
+def read_tuned(folder: Path, suite: Suite, rows: Optional[Sequence[str]]) -> dict[str, dict[str, Any]]:
+    """The tuned values of the suite's rows that have a tune in `folder` (<folder>/<row>/tune.json)."""
+    if not folder.is_dir():
+        raise ConfigError(f"--tuned {folder}: no such folder; give the folder holding one `pfedkit tune --out` per row")
+    found = {}
+    for row in rows or suite.rows:
+        record = folder / row / "tune.json"
+        if record.exists():
+            result = json.loads(record.read_text())
+            if result["method"] != suite.method_of(row):
+                raise ConfigError(f"{record} tuned {result['method']}, but row {row} runs {suite.method_of(row)}")
+            found[row] = {"values": result["tuned"], "about": result.get("tuned_on", "")}
+    if not found:
+        raise ConfigError(f"--tuned {folder}: no <row>/tune.json for any row of {suite.name} ({', '.join(suite.rows)})")
+    return found
+
+
+def record_tuned(out: Path, tuned_rows: Mapping[str, Mapping[str, Any]]) -> None:
+    saved = json.loads((out / TUNED).read_text()) if (out / TUNED).exists() else {}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / TUNED, json.dumps({**saved, **tuned_rows}, indent=2, sort_keys=True))
+
+
+def tuned_lines(out: Path) -> list[str]:
+    if not (out / TUNED).exists():
+        return []
+    lines = ["", "Rows run at tuned values (pfedkit tune, scored on validation splits, never the test split):", ""]
+    for row, record in sorted(json.loads((out / TUNED).read_text()).items()):
+        values = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in record["values"].items())
+        lines.append(f"- {row}: {values}" + (f" (tuned on {record['about']})" if record["about"] else ""))
+    return lines
 
 
 def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (),
               rows: Optional[Sequence[str]] = None, columns: Optional[Sequence[str]] = None,
               data_root: Optional[str] = None, workers: Optional[int] = None, train: bool = True, resume: bool = True,
-              skip_missing: bool = True, progress: bool = True,
+              skip_missing: bool = True, progress: bool = True, tuned: Mapping[str, Mapping[str, Any]] = {},
               log: Callable[[str], None] = print) -> tuple[dict[str, str], dict[Path, dict[str, Any]]]:
     """Every (column, row, seed) of the suite run into out/<column>/<row>/seed<N> (a column "." is `out` itself):
     every config validated once and every run folder checked before anything trains, then `run_configs`. A column
@@ -201,7 +243,8 @@ def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, over
         if unknown:
             raise ConfigError(f"suite {suite.name} has no {what} {', '.join(unknown)}; its {what}: {', '.join(known)}")
     out = Path(out)
-    every_cell = {(c, r): cell_config(suite, scale, c, r, overrides, data_root, workers, out)
+    every_cell = {(c, r): merge(cell_config(suite, scale, c, r, overrides, data_root, workers, out),
+                                {"method": dict(tuned.get(r, {}))})
                   for c, r in suite.cells(list(suite.columns), list(suite.rows))}
     missing = missing_by_column(every_cell)  # for the table too, whichever columns this call runs
     if not train:
@@ -241,6 +284,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"Curves: {TREND_NOTE}."]
     if suite.notes:
         lines += ["", suite.notes]
+    lines += tuned_lines(out)
     if suite.claims:
         lines += ["", "The paper's claims on these runs:", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, out, suite.last_k or 1)):
