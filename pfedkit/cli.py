@@ -208,10 +208,14 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 @click.option("--table-only", is_flag=True, help="write the table from the finished runs in --out, train nothing")
 @click.option("--tuned", "tuned", default=None, type=click.Path(file_okay=False),
               help="folder of `pfedkit tune` outputs, one per row (DIR/<row>/): those rows run at their tuned values")
+@click.option("--reuse-from", "reuse_from", default=None, type=click.Path(file_okay=False),
+              help="copy a cell from a finished run under this folder that had the same config, instead of training "
+                   "it (default: the folder holding --out, i.e. the other suites' results)")
+@click.option("--no-reuse", is_flag=True, help="train every cell, even one an identical finished run already holds")
 @click.option("--quiet", is_flag=True, help="no progress bars")
 def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int], out: Optional[str], rows: Optional[str],
               columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
-              table_only: bool, tuned: Optional[str], quiet: bool) -> None:
+              table_only: bool, tuned: Optional[str], reuse_from: Optional[str], no_reuse: bool, quiet: bool) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
     from pfedkit.experiments.reproduce import describe, run_suite
     from pfedkit.experiments.suites import SUITES
@@ -227,7 +231,8 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
     folder = Path(out) if out else Path("runs") / "reproduce" / suite
     table = run_suite(SUITES[suite], scale=scale, seeds=seeds, out=folder, overrides=overrides,
                       rows=split(rows), columns=split(columns), data_root=root, workers=workers,
-                      table_only=table_only, progress=not quiet, tuned=Path(tuned) if tuned else None, log=click.echo)
+                      table_only=table_only, progress=not quiet, tuned=Path(tuned) if tuned else None,
+                      reuse_from=None if no_reuse else Path(reuse_from) if reuse_from else folder.parent, log=click.echo)
     click.echo(table)
     click.echo(f"table: {folder / 'table.md'}  ({folder / 'table.csv'}, curves_<column>.png)")
 

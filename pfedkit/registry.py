@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from pfedkit.config import Config, MethodSection, apply_overrides, config_differences, parse_config, read_toml
+from pfedkit.config import PLACEMENT_KEYS, Config, MethodSection, apply_overrides, config_differences, parse_config, read_toml
 from pfedkit.data.sources import DATASET_NAMES
 from pfedkit.errors import ConfigError
 from pfedkit.methods import METHODS
@@ -61,10 +61,18 @@ def with_method_values(config: Config) -> Config:
     return copy
 
 
+def inert_keys(config: Config) -> tuple[str, ...]:
+    """The config's method hyper-parameters that its other values leave unused (HyperParams.inert), as dotted keys."""
+    params = method_class(config.method.name).validate_params(config.method_params())
+    return tuple(f"method.{key}" for key in sorted(params.inert()))
+
+
 def run_differences(old: Config, new: Config) -> list[str]:
     """What makes two configs different runs ("key: old -> new"): a hyper-parameter left at its default and one
-    stated at that default are the same run."""
-    return config_differences(with_method_values(old), with_method_values(new))
+    stated at that default are the same run, and so are two values of one the others leave unused. (Unused in
+    one config and used in the other means a key it depends on differs, and that difference is reported.)"""
+    return config_differences(with_method_values(old), with_method_values(new),
+                              ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new))
 
 
 def read_saved_config(path: Path) -> Config:

@@ -155,3 +155,28 @@ def test_ablation_presets_are_the_flags():
     server = preset.init_server()
     a, b = preset.local_update(server, preset.init_client(0, data), data, 0), flags.local_update(server, flags.init_client(0, data), data, 0)
     assert all(torch.equal(a[0][k], b[0][k]) for k in server)
+
+
+def test_settings_the_others_leave_unused_change_nothing_and_are_the_same_run():
+    """kt_form and teacher at lambda 0, and the mixing settings without AFA, are declared inert: each really leaves
+    the update bit-identical (on a client whose models differ from the server's), and resume and suite reuse treat
+    configs that differ only there as one run, but not where they are used."""
+    from pfedkit.registry import run_differences
+
+    data = tiny_data(n=8)
+    gen = torch.Generator().manual_seed(2)
+    base = make("fedafk", batch_size=4)
+    server = base.init_server()
+    client = {k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
+              for k, v in base.init_client(0, data).items()}
+    inert_sets = [({"kt_weight": 0.0}, {"kt_form": "feature-sum", "teacher": "current"}),
+                  ({"adaptive_aggregation": False},
+                   {"mu_init": 0.9, "mu_gradient": "apfl", "mix_buffers": False, "personal_step": "mixture"})]
+    for fixed, unused in inert_sets:
+        ref = make("fedafk", params=fixed, batch_size=4).local_update(server, client, data, 0)
+        other = make("fedafk", params={**fixed, **unused}, batch_size=4).local_update(server, client, data, 0)
+        for part in (0, 1):
+            assert all(torch.equal(torch.as_tensor(ref[part][k]), torch.as_tensor(other[part][k])) for k in ref[part])
+        config = lambda params: build_config({"data": {"dataset": "synthetic"}, "method": {"name": "fedafk", **params}})  # noqa: E731
+        assert run_differences(config(fixed), config({**fixed, **unused})) == []
+        assert run_differences(config({}), config(unused)) != []  # used at the defaults: another run

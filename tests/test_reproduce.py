@@ -198,3 +198,38 @@ def test_a_suite_runs_rows_at_their_tuned_values_and_its_table_says_so(tmp_path)
         run_suite(suite, out=tmp_path / "out", progress=False, tuned=tunes)
     with pytest.raises(ConfigError, match="no <row>/tune.json"):
         run_suite(suite, out=tmp_path / "out", progress=False, tuned=tmp_path / "out")
+
+
+def test_a_cell_another_suite_already_ran_is_copied_not_trained(tmp_path, monkeypatch):
+    """A cell whose config a finished run elsewhere already ran (at its values: a default stated or left out is the
+    same run) is copied with its source named; a cell that differs in one value trains. The premise, that training
+    again gives the same run, is checked too."""
+    small = {"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds")}
+    first = Suite(name="first", paper="p", base=TINY.base, columns={"a": Column("A", {})}, rows=("fedprox",),
+                  scales=small)
+    second = Suite(name="second", paper="q", base=TINY.base, columns={"x": Column("X", {})},
+                   rows=("prox-default-stated", "prox-mu0.3"), scales=small,
+                   row_changes={"prox-default-stated": {"method": {"name": "fedprox", "mu": 0.01}},
+                                "prox-mu0.3": {"method": {"name": "fedprox", "mu": 0.3}}})
+    run_suite(first, out=tmp_path / "first", progress=False, log=lambda line: None)
+    source = tmp_path / "first" / "a" / "fedprox" / "seed0"
+    (source / "checkpoint.pt").write_bytes(b"a leftover")  # never copied: a result, not a way to resume it
+    trained = []
+    real = reproduce.run_configs
+    monkeypatch.setattr(reproduce, "run_configs", lambda todo, **kw: (
+        trained.extend(d for d in todo if not (d / "summary.json").exists()), real(todo, **kw))[1])
+    logs = []
+    table = run_suite(second, out=tmp_path / "second", progress=False, reuse_from=tmp_path, log=logs.append)
+    copy = tmp_path / "second" / "x" / "prox-default-stated" / "seed0"
+    assert trained == [tmp_path / "second" / "x" / "prox-mu0.3" / "seed0"]  # only the cell no run had made
+    record = json.loads((copy / "reused.json").read_text())
+    assert record["from"] == "first/a/fedprox/seed0"
+    assert (copy / "metrics.csv").read_bytes() == (source / "metrics.csv").read_bytes()
+    assert not (copy / "checkpoint.pt").exists() and not list((tmp_path / "second" / "x").glob("*/*.copying"))
+    assert any("copied from" in line for line in logs)
+    assert "- x/prox-default-stated/seed0 = first/a/fedprox/seed0" in table
+    run_suite(second, out=tmp_path / "afresh", rows=["prox-default-stated"], progress=False, log=lambda line: None)
+    fresh = tmp_path / "afresh" / "x" / "prox-default-stated" / "seed0"
+    columns = lambda run: [(r["round"], r["acc"], r["loss"]) for r in csv.DictReader((run / "metrics.csv").open())]  # noqa: E731
+    assert columns(fresh) == columns(copy)  # trained again without reuse: the same run
+    assert not (fresh / "reused.json").exists()

@@ -5,7 +5,10 @@ and configs (reproduce.run_cells) and run them here (run_configs).
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -90,3 +93,63 @@ def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True
             log(f"{run_dir}: {err}")
             summaries[run_dir] = {"diverged": err.record()}
     return summaries
+
+
+REUSED = "reused.json"  # in a run folder copied from an identical finished run: where it came from
+NOT_COPIED = (CHECKPOINT, ".pfedkit.lock", ".pfedkit-owner.json")  # a finished run's leftovers, not its results
+
+
+def _quick_key(config: Config) -> tuple:
+    """Keys that rule most candidates out before the full comparison."""
+    return config.data.dataset, config.run.seed, config.train.rounds
+
+
+RUN_DEPTHS = ("*/seed*", "*/*/seed*", "*/*/*/seed*")  # <row>/seedN under a column, a suite, or a folder of suites
+
+
+def finished_runs_under(root: Path) -> dict[tuple, list[Path]]:
+    """Every finished run folder (summary.json beside a config.toml that loads) at a suite's depths under `root`,
+    by _quick_key; the walk stays shallow, so any folder can be searched."""
+    index: dict[tuple, list[Path]] = {}
+    for summary in sorted(s for depth in RUN_DEPTHS for s in root.glob(f"{depth}/summary.json")):
+        try:
+            key = _quick_key(read_saved_config(summary.parent / "config.toml"))
+        except (ConfigError, OSError):  # no config, or one that no longer loads: not a candidate
+            continue
+        index.setdefault(key, []).append(summary.parent)
+    return index
+
+
+def reuse_identical_runs(runs: dict[Path, Config], search: Path,
+                         log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[Path]:
+    """Each run folder not yet started whose config a finished run under `search` already ran (the same config at
+    its values, as resume judges it: placement such as data.root or workers aside) gets a copy of that run instead
+    of training it again, with reused.json naming the source. Runs are seeded and deterministic, so the copy is the
+    result training would give. Returns the folders filled."""
+    todo = {d: c for d, c in runs.items() if not (d / "config.toml").exists() and not (d / DIVERGED).exists()}
+    if not todo or not Path(search).is_dir():
+        return []
+    index = finished_runs_under(Path(search))
+    filled = []
+    for run_dir, config in todo.items():
+        if run_dir.exists() and any(run_dir.iterdir()):  # something else is there: leave it to the run
+            continue
+        source = next((d for d in index.get(_quick_key(config), []) if d.resolve() != run_dir.resolve()
+                       and not config_changes(d / "config.toml", config)), None)
+        if source is None:
+            continue
+        staging = run_dir.with_name(run_dir.name + ".copying")  # a copy cut off half-way is never a finished run
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*NOT_COPIED))
+        summary = (source / "summary.json").read_bytes()
+        (staging / REUSED).write_text(json.dumps({
+            "from": str(source.resolve().relative_to(Path(search).resolve())),
+            "summary_sha256": hashlib.sha256(summary).hexdigest(),
+            "why": "a finished run with the same config at its values; runs are seeded, so training again gives it"},
+            indent=2) + "\n")
+        if run_dir.exists():
+            run_dir.rmdir()  # an empty folder (a config.toml would have excluded it)
+        os.replace(staging, run_dir)
+        filled.append(run_dir)
+        log(f"{run_dir}: copied from {source} (the same config, already finished)")
+    return filled

@@ -16,7 +16,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from pfedkit.config import apply_overrides, merge
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.claims import check_claims
-from pfedkit.experiments.pipeline import check_run_folders, method_config, run_configs, run_folder
+from pfedkit.experiments.pipeline import (
+    REUSED,
+    check_run_folders,
+    method_config,
+    reuse_identical_runs,
+    run_configs,
+    run_folder,
+)
 from pfedkit.io import atomic_write_csv, atomic_write_text
 from pfedkit.reports.tables import (
     TREND_NOTE,
@@ -177,15 +184,18 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
               overrides: Sequence[str] = (), rows: Optional[Sequence[str]] = None,
               columns: Optional[Sequence[str]] = None, data_root: Optional[str] = None,
               workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
-              tuned: Optional[Path] = None, log: Callable[[str], None] = print) -> str:
+              tuned: Optional[Path] = None, reuse_from: Optional[Path] = None,
+              log: Callable[[str], None] = print) -> str:
     """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown. With
-    `tuned`, rows that have a `pfedkit tune` folder there (<tuned>/<row>/tune.json) run at their tuned values."""
+    `tuned`, rows that have a `pfedkit tune` folder there (<tuned>/<row>/tune.json) run at their tuned values. With
+    `reuse_from`, a cell that a finished run under that folder already ran (another suite's, say) is copied from it
+    instead of trained (pipeline.reuse_identical_runs)."""
     tuned_rows = read_tuned(Path(tuned), suite, rows) if tuned is not None else {}
     if tuned_rows and not table_only:
         record_tuned(Path(out), tuned_rows)
     missing, _ = run_cells(suite, scale=scale, seeds=seeds, out=out, overrides=overrides, rows=rows, columns=columns,
                         data_root=data_root, workers=workers, train=not table_only, progress=progress, log=log,
-                        tuned={r: t["values"] for r, t in tuned_rows.items()})
+                        tuned={r: t["values"] for r, t in tuned_rows.items()}, reuse_from=reuse_from)
     return write_suite_outputs(suite, Path(out), missing, scale)
 
 
@@ -225,11 +235,23 @@ def tuned_lines(out: Path) -> list[str]:
     return lines
 
 
+def reused_lines(out: Path) -> list[str]:
+    """The table's note on the cells copied from identical finished runs rather than trained here."""
+    copies = sorted(out.rglob(REUSED))
+    if not copies:
+        return []
+    lines = ["", "Cells copied from finished runs with the same config at its values (not trained again; "
+                 f"{REUSED} in each names the source):", ""]
+    for record in copies:
+        lines.append(f"- {record.parent.relative_to(out)} = {json.loads(record.read_text())['from']}")
+    return lines
+
+
 def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (),
               rows: Optional[Sequence[str]] = None, columns: Optional[Sequence[str]] = None,
               data_root: Optional[str] = None, workers: Optional[int] = None, train: bool = True, resume: bool = True,
               skip_missing: bool = True, progress: bool = True, tuned: Mapping[str, Mapping[str, Any]] = {},
-              log: Callable[[str], None] = print) -> tuple[dict[str, str], dict[Path, dict[str, Any]]]:
+              reuse_from: Optional[Path] = None, log: Callable[[str], None] = print) -> tuple[dict[str, str], dict[Path, dict[str, Any]]]:
     """Every (column, row, seed) of the suite run into out/<column>/<row>/seed<N> (a column "." is `out` itself):
     every config validated once and every run folder checked before anything trains, then `run_configs`. A column
     whose data are missing is skipped with a message, or with `skip_missing=False` is an error. Returns the missing
@@ -263,6 +285,8 @@ def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, over
         import torch
 
         torch.set_num_threads(suite.threads)
+    if reuse_from is not None:
+        reuse_identical_runs(todo, Path(reuse_from), log)
     if todo and suite.pretrain:
         pretrain_once(suite.pretrain, out, next(iter(todo.values())).data.root, log)
     return missing, run_configs(todo, resume=resume, progress=progress, log=log)
@@ -284,7 +308,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"Curves: {TREND_NOTE}."]
     if suite.notes:
         lines += ["", suite.notes]
-    lines += tuned_lines(out)
+    lines += tuned_lines(out) + reused_lines(out)
     if suite.claims:
         lines += ["", "The paper's claims on these runs:", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, out, suite.last_k or 1)):

@@ -36,6 +36,11 @@ class HyperParams(BaseModel):
         """Values of hyper-parameters that depend on the run (`train`: rounds, join_ratio), for keys not given."""
         return {}
 
+    def inert(self) -> frozenset[str]:
+        """Hyper-parameters these values make unused (a KT form at KT weight 0): two runs that differ only in them are
+        the same run, so resume and suite reuse compare without them."""
+        return frozenset()
+
 
 def searched(low: float, high: float, *, log: bool = False, source: str = "our choice") -> dict[str, Any]:
     """A hyper-parameter's range for `pfedkit tune`, declared beside its default: Field(..., json_schema_extra=

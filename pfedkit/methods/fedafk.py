@@ -43,6 +43,11 @@ class FedAFKParams(HyperParams):
         "theta", description="the theta_i step of Eq. 5 on theta_i alone, or through the mixture mu*theta_i + "
         "(1 - mu)*theta_G as the mu step of Eq. 6 and APFL (theta_G held fixed)")
 
+    def inert(self) -> frozenset[str]:
+        no_kt = {"kt_form", "teacher"} if self.kt_weight == 0 else set()
+        no_mixing = {"mu_init", "mu_gradient", "mix_buffers", "personal_step"} if not self.adaptive_aggregation else set()
+        return frozenset(no_kt | no_mixing)
+
 
 @torch.no_grad()
 def teacher_features(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
