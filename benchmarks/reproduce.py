@@ -2,6 +2,7 @@
 and the data in ../shared/data. Any `pfedkit reproduce` option may follow and overrides these.
 
 Usage: python benchmarks/reproduce.py fedafk-table3 [--rows fedafk,fedrep] [--seeds 0,1] [--table-only] ...
+       python benchmarks/reproduce.py fedafk-cifar10 --scale long ...   (results in benchmarks/results/fedafk_cifar10_long/)
        python benchmarks/reproduce.py --list
 """
 import sys
@@ -11,10 +12,17 @@ from pfedkit.cli import main
 
 HERE = Path(__file__).resolve().parent
 
+
+def results_folder(suite: str, scale: str) -> str:
+    """benchmarks/results/<suite> for the small scale, <suite>_<scale> for another: a cell's folder holds one scale."""
+    return suite.replace("-", "_") + ("" if scale == "small" else f"_{scale}")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     suite = next((a for a in args if not a.startswith("-")), None)
     defaults = ["--data-root", str(HERE.parents[1] / "shared" / "data")]
     if suite:
-        defaults += ["--out", str(HERE / "results" / suite.replace("-", "_"))]
+        scale = next((b for a, b in zip(args, args[1:]) if a == "--scale"), "small")
+        defaults += ["--out", str(HERE / "results" / results_folder(suite, scale))]
     main(["reproduce", *(args[:1] if suite == args[0] else []), *defaults, *args[1 if suite == args[0] else 0:]])

@@ -196,8 +196,9 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 @main.command()
 @click.argument("suite", required=False)
 @click.option("--list", "show_list", is_flag=True, help="show every suite: paper, rows, columns, data, time")
-@click.option("--scale", default="small", show_default=True, type=click.Choice(["small", "full"]),
-              help="small: what finishes here in about two hours; full: the paper's setting")
+@click.option("--scale", default="small", show_default=True,
+              help="small: what finishes here in about two hours; full: the paper's setting; a suite may define "
+                   "others (--list shows them)")
 @click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False), help="default runs/reproduce/SUITE")
 @click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
@@ -223,7 +224,7 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))
         if suite is None and not show_list:
-            click.echo("\nrun one with: pfedkit reproduce SUITE [--scale small|full] [--seeds 0,1,2] [--out DIR]")
+            click.echo("\nrun one with: pfedkit reproduce SUITE [--scale small|full|...] [--seeds 0,1,2] [--out DIR]")
         return
     if suite not in SUITES:
         raise click.BadParameter(f"{suite!r}: suites are {', '.join(SUITES)} (see --list)", param_hint="SUITE")

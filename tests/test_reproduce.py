@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ from pfedkit.experiments import reproduce
 from pfedkit.experiments.pipeline import config_changes, method_config
 from pfedkit.experiments.reproduce import Column, Scale, Suite, cell_config, run_suite
 from pfedkit.experiments.suites import SUITES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from reproduce import results_folder  # noqa: E402  (benchmarks/reproduce.py: where a suite's scale is committed)
 
 TINY = Suite(
     name="tiny",
@@ -166,13 +170,16 @@ def test_every_committed_run_folder_still_holds_its_suite_cell():
     resume): every run folder under benchmarks/results/<suite>/ must be its cell's config at one of the scales."""
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     checked, stale = 0, []
-    for suite in SUITES.values():
-        for saved in sorted((results / suite.name.replace("-", "_")).glob("*/*/seed*/config.toml")):
+    folders = [(suite, scale, results / results_folder(suite.name, scale)) for suite in SUITES.values()
+               for scale in suite.scales]
+    for suite, scale, folder in folders:
+        for saved in sorted(folder.glob("*/*/seed*/config.toml")):
             column, row, seed = saved.parts[-4], saved.parts[-3], int(saved.parent.name[4:])
             if column not in suite.columns or row not in suite.rows:
                 continue
+            scales = suite.scales if scale == "small" else [scale]  # the suite's own folder predates scale folders
             cells = [method_config(cell_config(suite, scale, column, row), suite.method_of(row), seed)
-                     for scale in suite.scales]
+                     for scale in scales]
             found = [config_changes(saved, cell) for cell in cells]
             checked += 1
             if all(found):
@@ -233,3 +240,11 @@ def test_a_cell_another_suite_already_ran_is_copied_not_trained(tmp_path, monkey
     columns = lambda run: [(r["round"], r["acc"], r["loss"]) for r in csv.DictReader((run / "metrics.csv").open())]  # noqa: E731
     assert columns(fresh) == columns(copy)  # trained again without reuse: the same run
     assert not (fresh / "reused.json").exists()
+
+
+def test_reproduce_takes_any_scale_a_suite_defines_and_names_them_for_one_it_does_not(tmp_path):
+    result = CliRunner().invoke(main, ["reproduce", "fedafk-cifar10", "--scale", "huge", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "no scale 'huge'; scales: full, small, long" in result.output
+    assert not any(tmp_path.iterdir())
+    listed = CliRunner().invoke(main, ["reproduce", "--list"]).output
+    assert "long: ~12 s/round" in listed
