@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Commit the finished cells of a suite running in the background (checkpoints stay out, see .gitignore), with its
-# table redrawn from them. Usage: bash benchmarks/commit_cells.sh SUITE   (e.g. fedafk-kt)
+# table redrawn from them. Usage: bash benchmarks/commit_cells.sh SUITE [SCALE]   (e.g. fedafk-kt; fedafk-cifar10 long)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 suite=$1
+scale=${2:-small}
 out=benchmarks/results/${suite//-/_}
-python3 benchmarks/reproduce.py "$suite" --table-only > /dev/null
+[ "$scale" = small ] || out=${out}_$scale
+python3 benchmarks/reproduce.py "$suite" --scale "$scale" --table-only > /dev/null
 finished=$(find "$out" -name summary.json -printf '%h\n' | sort)
 [ -n "$finished" ] || { echo "no finished cell in $out yet"; exit 0; }
 git add $finished "$out"/table.md "$out"/table.csv $(find "$out" -maxdepth 1 -name 'curves_*.png')
 git diff --cached --quiet && { echo "nothing new in $out"; exit 0; }
-git commit -q -m "$suite: finished cells $(echo "$finished" | sed "s|$out/||" | tr '\n' ' ')"
+git commit -q -m "$suite${2:+ ($scale)}: finished cells $(echo "$finished" | sed "s|$out/||" | tr '\n' ' ')"
 echo "committed $(echo "$finished" | wc -l) finished cell(s) of $suite"
