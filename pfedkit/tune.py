@@ -115,6 +115,8 @@ class Tuner:
             study_name=STUDY, storage=f"sqlite:///{self.out / 'study.db'}", load_if_exists=True, direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=self.config.run.seed),
             pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=max(1, rounds // 4)))
+        # a resumed sampler seeded as at the start would draw the values of the first trials again
+        study.sampler = optuna.samplers.TPESampler(seed=self.config.run.seed + len(study.trials))
         if not study.trials:  # the method's own defaults are trial 0: a tuned value has to beat them on validation
             study.enqueue_trial(defaults_of(self.config.method.name, list(self.space)), user_attrs={"defaults": True})
         for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):

@@ -112,7 +112,8 @@ def test_a_tune_resumes_after_being_killed_and_writes_a_config_run_accepts(tmp_p
     cut = [r for r in rows if r["state"] == "fail"]
     assert len(cut) == 1  # the trial the kill cut off, tried again with its values in its own folder
     retried = [r for r in rows if r["run_dir"] == cut[0]["run_dir"] and r["state"] != "fail"]
-    assert retried and retried[0]["mu"] == cut[0]["mu"]
+    assert len(retried) == 1 and retried[0]["mu"] == cut[0]["mu"]
+    assert len({r["mu"] for r in done}) == len(done)  # the resumed sampler drew new values, not the first ones again
     best = load_config(out / "best.toml")
     assert best.method.name == "fedprox" and best.eval.validation == 0 and best.train.rounds == 12
     assert best.method_params()["mu"] in {float(r["mu"]) for r in done}
