@@ -223,14 +223,19 @@ class Tuner:
         return result
 
 
+def scored(trial) -> bool:
+    """A trial that ran to its end: Optuna also gives a pruned trial a value (its accuracy when it was stopped, a few
+    rounds in), which is no score."""
+    return trial.state.name == "COMPLETE" and trial.value is not None and not math.isnan(trial.value)
+
+
 def _best(study):
-    scored = [t for t in study.get_trials(deepcopy=False) if t.value is not None and not math.isnan(t.value)]
-    return max(scored, key=lambda t: t.value, default=None)
+    return max((t for t in study.get_trials(deepcopy=False) if scored(t)), key=lambda t: t.value, default=None)
 
 
 def _defaults_score(study) -> Optional[float]:
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("defaults") and t.value is not None and not math.isnan(t.value):
+        if t.user_attrs.get("defaults") and scored(t):
             return t.value
     return None
 
@@ -243,7 +248,8 @@ def trial_rows(study, space: dict[str, Any]) -> list[dict[str, Any]]:
         state = "diverged" if "diverged" in t.user_attrs else t.state.name.lower()
         last = max(t.intermediate_values, default=None)
         rows.append({"trial": t.number, "state": state, **{n: t.params.get(n) for n in space},
-                     "validation_acc": None if t.value is None or math.isnan(t.value) else t.value,
+                     "validation_acc": t.value if scored(t) else None,
+                     "acc_when_stopped": t.intermediate_values.get(last) if t.state.name == "PRUNED" else None,
                      "rounds_run": last, "defaults": bool(t.user_attrs.get("defaults")),
                      "run_dir": t.user_attrs.get("run_dir", "")})
     return rows
@@ -251,18 +257,18 @@ def trial_rows(study, space: dict[str, Any]) -> list[dict[str, Any]]:
 
 def plot_search(rows: list[dict[str, Any]], space: dict[str, Any], path: Path, title: str) -> Path:
     """The search: every trial's score by trial number with the best so far, and each hyper-parameter against the
-    score (pruned trials at their last reported accuracy are left out: they have no score)."""
+    score (pruned trials are left out: their accuracy when stopped is no score)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scored = [r for r in rows if r["validation_acc"] is not None]
+    complete = [r for r in rows if r["validation_acc"] is not None]
     fig, axes = plt.subplots(1, 1 + len(space), figsize=(4.2 * (1 + len(space)), 3.4), squeeze=False)
     ax = axes[0][0]
-    ax.scatter([r["trial"] for r in scored], [r["validation_acc"] for r in scored], s=18, color="tab:blue")
+    ax.scatter([r["trial"] for r in complete], [r["validation_acc"] for r in complete], s=18, color="tab:blue")
     best, line = -math.inf, []
-    for r in scored:
+    for r in complete:
         best = max(best, r["validation_acc"])
         line.append((r["trial"], best))
     if line:
@@ -271,7 +277,7 @@ def plot_search(rows: list[dict[str, Any]], space: dict[str, Any], path: Path, t
     ax.set_xlabel("trial")
     ax.set_ylabel("validation accuracy (mean of last k)")
     for ax, (name, spec) in zip(axes[0][1:], space.items()):
-        ax.scatter([r[name] for r in scored], [r["validation_acc"] for r in scored], s=18, color="tab:green")
+        ax.scatter([r[name] for r in complete], [r["validation_acc"] for r in complete], s=18, color="tab:green")
         ax.set_xscale("log" if spec["log"] else "linear")
         ax.set_xlabel(name)
     fig.suptitle(title)

@@ -127,3 +127,21 @@ def test_a_tune_of_another_setup_in_the_same_folder_is_refused(tmp_path):
     Tuner(build_config(config()), tmp_path, trials=1, validation=0.25, progress=False).run(test_seeds=())
     with pytest.raises(ConfigError, match="another setup"):
         Tuner(build_config(config()), tmp_path, trials=1, validation=0.3, progress=False).run(test_seeds=())
+
+
+def test_a_pruned_trial_is_never_the_best_and_has_no_score():
+    """Optuna gives a pruned trial a value (its accuracy when stopped); that is no score, however high."""
+    import optuna
+
+    from pfedkit.tune import _best, trial_rows
+
+    mu = optuna.distributions.FloatDistribution(0.001, 1.0, log=True)
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"mu": 0.01}, distributions={"mu": mu}, value=0.90,
+                                              intermediate_values={19: 0.90}))
+    study.add_trial(optuna.trial.create_trial(params={"mu": 0.5}, distributions={"mu": mu}, value=0.95,
+                                              intermediate_values={4: 0.95}, state=optuna.trial.TrialState.PRUNED))
+    assert _best(study).params == {"mu": 0.01}
+    complete, pruned = trial_rows(study, {"mu": {}})
+    assert complete["validation_acc"] == 0.90 and complete["acc_when_stopped"] is None
+    assert pruned["validation_acc"] is None and pruned["acc_when_stopped"] == 0.95 and pruned["rounds_run"] == 4
