@@ -107,16 +107,16 @@ def _quick_key(config: Config) -> tuple:
 RUN_DEPTHS = ("*/seed*", "*/*/seed*", "*/*/*/seed*")  # <row>/seedN under a column, a suite, or a folder of suites
 
 
-def finished_runs_under(root: Path) -> dict[tuple, list[Path]]:
+def finished_runs_under(root: Path) -> dict[tuple, list[tuple[Path, Config]]]:
     """Every finished run folder (summary.json beside a config.toml that loads) at a suite's depths under `root`,
-    by _quick_key; the walk stays shallow, so any folder can be searched."""
-    index: dict[tuple, list[Path]] = {}
+    with its config, by _quick_key; the walk stays shallow, so any folder can be searched."""
+    index: dict[tuple, list[tuple[Path, Config]]] = {}
     for summary in sorted(s for depth in RUN_DEPTHS for s in root.glob(f"{depth}/summary.json")):
         try:
-            key = _quick_key(read_saved_config(summary.parent / "config.toml"))
+            saved = read_saved_config(summary.parent / "config.toml")
         except (ConfigError, OSError):  # no config, or one that no longer loads: not a candidate
             continue
-        index.setdefault(key, []).append(summary.parent)
+        index.setdefault(_quick_key(saved), []).append((summary.parent, saved))
     return index
 
 
@@ -134,8 +134,7 @@ def reuse_identical_runs(runs: dict[Path, Config], search: Path,
     for run_dir, config in todo.items():
         if run_dir.exists() and any(run_dir.iterdir()):  # something else is there: leave it to the run
             continue
-        source = next((d for d in index.get(_quick_key(config), []) if d.resolve() != run_dir.resolve()
-                       and not config_changes(d / "config.toml", config)), None)
+        source = next((d for d, saved in index.get(_quick_key(config), []) if not run_differences(saved, config)), None)
         if source is None:
             continue
         staging = run_dir.with_name(run_dir.name + ".copying")  # a copy cut off half-way is never a finished run
