@@ -23,7 +23,7 @@ from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json
 from pfedkit.methods.base import Method
 from pfedkit.records import AFTER, State
-from pfedkit.registry import build_method, read_saved_config, run_differences
+from pfedkit.registry import build_method, continues, read_saved_config, run_differences
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
@@ -121,13 +121,27 @@ class RoundLoop:
             self.rows, self.client_rows, self.next_round = ckpt["rows"], ckpt["client_rows"], ckpt["next_round"]
             self.after_local = ckpt.get("after_local", {})
             self.restore(ckpt)
+            made_for = ckpt.get("config", {}).get("train", {}).get("rounds", self.config.train.rounds)
+            if made_for < self.config.train.rounds and self.next_round > made_for:  # a finished, shorter run's end
+                self.reopen(made_for)
+
+    def reopen(self, rounds: int) -> None:
+        """Carry a finished `rounds`-round run on: its last round evaluated only, so it is played again, trained
+        this time; what it recorded is dropped, and so is its summary (the run is unfinished until the new end)."""
+        self.rows = [row for row in self.rows if row["round"] < rounds]
+        self.client_rows = [row for row in self.client_rows if row["round"] < rounds]
+        self.next_round = rounds
+        for name in ("summary.json", "clients.csv"):
+            (self.out / name).unlink(missing_ok=True)
 
     def _prepare_out_dir(self, resume: bool) -> None:
         saved = self.out / "config.toml"
         if resume:
             if saved.exists():
                 old = read_saved_config(saved)
-                if changes := run_differences(old, self.config):
+                if self.can_continue and continues(old, self.config):
+                    self.check_continuable(old)
+                elif changes := run_differences(old, self.config):
                     raise PfedkitError(
                         f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
                         f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
@@ -139,6 +153,17 @@ class RoundLoop:
                 self.config.data.checksum = given or old.data.checksum  # the data must verify against the run's
         elif (self.out / CHECKPOINT).exists() or (self.out / "metrics.csv").exists():
             raise PfedkitError(f"{self.out} already holds a run; pass --resume to continue it, or choose another --out")
+
+    can_continue = False  # whether a finished run may be resumed with more rounds (see continues)
+
+    def check_continuable(self, old: Config) -> None:
+        """The after-local point also measures the last training round; carried on, the run would not have."""
+        last, every = old.train.rounds - 1, old.eval.every
+        if old.eval.point != "start" and last % every:
+            raise PfedkitError(
+                f"{self.out} measured after local training in its last training round ({last}) only because it was "
+                f"the last; a longer run does not (eval.every {every}), so carrying it on to {self.config.train.rounds} "
+                "rounds would not give that run: start a new --out")
 
     def verify_data(self, checksum: str) -> None:
         """The loaded data must be the data the config (or the resumed run) names; else they are recorded now."""
@@ -374,6 +399,8 @@ class Simulation(RoundLoop):
         except BaseException:
             self.lock.release()
             raise
+
+    can_continue = True  # replayed from its own checkpoint; Flower nodes keep their states themselves
 
     def device_scope(self) -> contextlib.AbstractContextManager:
         """On a GPU, tensors a method makes without naming a device (and seeded generators) go there too; on the

@@ -19,7 +19,7 @@ from pfedkit.engine.divergence import DIVERGED, Diverged
 from pfedkit.engine.store import CHECKPOINT
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.runs import run_experiment
-from pfedkit.registry import build_config, read_saved_config, run_differences
+from pfedkit.registry import build_config, continues, read_saved_config, run_differences
 
 
 def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
@@ -30,12 +30,13 @@ def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
 
 
 def config_changes(saved: Path, config: Config) -> list[str]:
-    """What differs between the config a run folder was made with and `config` ("key: old -> new")."""
+    """What differs between the config a run folder was made with and `config` ("key: old -> new"), nothing when
+    `config` only carries that run on for more rounds (it resumes into it)."""
     try:
         old = read_saved_config(saved)
     except ConfigError as err:
         return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    return run_differences(old, config)
+    return [] if continues(old, config) else run_differences(old, config)
 
 
 def run_folder(out: Path, folder: str, seed: int) -> Path:
@@ -96,12 +97,15 @@ def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True
 
 
 REUSED = "reused.json"  # in a run folder copied from an identical finished run: where it came from
+CONTINUED = "continued.json"  # in a run folder that carries on a copy of a shorter finished run: where it came from
 NOT_COPIED = (CHECKPOINT, ".pfedkit.lock", ".pfedkit-owner.json")  # a finished run's leftovers, not its results
+# what a run carried on redoes: its ending (the summary and clients.csv are rewritten at the new end), the copies' records
+NOT_CARRIED_ON = (".pfedkit.lock", ".pfedkit-owner.json", "summary.json", "clients.csv", "curves.png", REUSED, CONTINUED)
 
 
 def _quick_key(config: Config) -> tuple:
-    """Keys that rule most candidates out before the full comparison."""
-    return config.data.dataset, config.run.seed, config.train.rounds
+    """Keys that rule most candidates out before the full comparison (the rounds are compared there)."""
+    return config.data.dataset, config.run.seed, config.method.name
 
 
 RUN_DEPTHS = ("*/seed*", "*/*/seed*", "*/*/*/seed*")  # <row>/seedN under a column, a suite, or a folder of suites
@@ -124,8 +128,10 @@ def reuse_identical_runs(runs: dict[Path, Config], search: Path,
                          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[Path]:
     """Each run folder not yet started whose config a finished run under `search` already ran (the same config at
     its values, as resume judges it: placement such as data.root or workers aside) gets a copy of that run instead
-    of training it again, with reused.json naming the source. Runs are seeded and deterministic, so the copy is the
-    result training would give. Returns the folders filled."""
+    of training it again, with reused.json naming the source. Failing that, a finished run of the same config for
+    fewer rounds that kept its checkpoint is copied with it, and the run carries it on (continued.json names it).
+    Runs are seeded and deterministic, so either copy is what training from round 0 would give. Returns the folders
+    filled."""
     todo = {d: c for d, c in runs.items() if not (d / "config.toml").exists() and not (d / DIVERGED).exists()}
     if not todo or not Path(search).is_dir():
         return []
@@ -134,21 +140,30 @@ def reuse_identical_runs(runs: dict[Path, Config], search: Path,
     for run_dir, config in todo.items():
         if run_dir.exists() and any(run_dir.iterdir()):  # something else is there: leave it to the run
             continue
-        source = next((d for d, saved in index.get(_quick_key(config), []) if not run_differences(saved, config)), None)
-        if source is None:
-            continue
+        candidates = index.get(_quick_key(config), [])
+        source = next((d for d, saved in candidates if not run_differences(saved, config)), None)
+        if source is not None:
+            record, leave_out = REUSED, NOT_COPIED
+            why = "a finished run with the same config at its values; runs are seeded, so training again gives it"
+        else:
+            shorter = [(saved.train.rounds, d) for d, saved in candidates
+                       if (d / CHECKPOINT).exists() and continues(saved, config)]
+            if not shorter:
+                continue
+            rounds, source = max(shorter)
+            record, leave_out = CONTINUED, NOT_CARRIED_ON
+            why = (f"its first {rounds} rounds are a finished {rounds}-round run with the same config otherwise; "
+                   "runs are seeded, so this run carries that one on from its checkpoint")
         staging = run_dir.with_name(run_dir.name + ".copying")  # a copy cut off half-way is never a finished run
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*NOT_COPIED))
-        summary = (source / "summary.json").read_bytes()
-        (staging / REUSED).write_text(json.dumps({
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*leave_out))
+        (staging / record).write_text(json.dumps({
             "from": str(source.resolve().relative_to(Path(search).resolve())),
-            "summary_sha256": hashlib.sha256(summary).hexdigest(),
-            "why": "a finished run with the same config at its values; runs are seeded, so training again gives it"},
+            "summary_sha256": hashlib.sha256((source / "summary.json").read_bytes()).hexdigest(), "why": why},
             indent=2) + "\n")
         if run_dir.exists():
             run_dir.rmdir()  # an empty folder (a config.toml would have excluded it)
         os.replace(staging, run_dir)
         filled.append(run_dir)
-        log(f"{run_dir}: copied from {source} (the same config, already finished)")
+        log(f"{run_dir}: copied from {source} ({'the same config, already finished' if record == REUSED else why})")
     return filled

@@ -17,6 +17,7 @@ from pfedkit.config import apply_overrides, merge
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.claims import check_claims
 from pfedkit.experiments.pipeline import (
+    CONTINUED,
     REUSED,
     check_run_folders,
     method_config,
@@ -247,6 +248,18 @@ def reused_lines(out: Path) -> list[str]:
     return lines
 
 
+def continued_lines(out: Path) -> list[str]:
+    """The table's note on the cells that carried on a shorter finished run instead of training from round 0."""
+    records = sorted(out.rglob(CONTINUED))
+    if not records:
+        return []
+    lines = ["", "Cells that carried on a finished shorter run with the same config (its rounds copied, the rest "
+                 f"trained here; {CONTINUED} in each names the source):", ""]
+    for record in records:
+        lines.append(f"- {record.parent.relative_to(out)} continues {json.loads(record.read_text())['from']}")
+    return lines
+
+
 def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (),
               rows: Optional[Sequence[str]] = None, columns: Optional[Sequence[str]] = None,
               data_root: Optional[str] = None, workers: Optional[int] = None, train: bool = True, resume: bool = True,
@@ -308,7 +321,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"Curves: {TREND_NOTE}."]
     if suite.notes:
         lines += ["", suite.notes]
-    lines += tuned_lines(out) + reused_lines(out)
+    lines += tuned_lines(out) + reused_lines(out) + continued_lines(out)
     if suite.claims:
         lines += ["", "The paper's claims on these runs:", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, out, suite.last_k or 1)):

@@ -202,8 +202,9 @@ class Method:
 
     def working_model(self, slot: str) -> SplitModel:
         """A further reusable model instance, for methods that hold several models at once (global and personal)."""
-        if slot not in self._models:
-            self._models[slot] = self.ctx.model_factory()
+        if slot not in self._models:  # its random initial weights drawn apart: built lazily, perhaps inside a
+            with seeded_torch(self.ctx.seed, -1, -1, "working-model"):  # seeded block, it must not use that block's draws
+                self._models[slot] = self.ctx.model_factory()
         return self._models[slot]
 
     def initial_state(self) -> State:
