@@ -248,3 +248,29 @@ def test_reproduce_takes_any_scale_a_suite_defines_and_names_them_for_one_it_doe
     assert not any(tmp_path.iterdir())
     listed = CliRunner().invoke(main, ["reproduce", "--list"]).output
     assert "long: ~12 s/round" in listed
+
+
+def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    def finished(row, seed, acc):
+        run = tmp_path / "col" / row / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+        (run / "metrics.csv").write_text("round,acc\n" + "".join(f"{r},{acc + 0.001 * (r % 2)}\n" for r in range(6)))
+
+    for row, accs in {"ours": (0.60, 0.62), "near": (0.55, 0.50), "far": (0.40, 0.41)}.items():
+        for seed, acc in enumerate(accs):
+            finished(row, seed, acc)
+    finished("one-seed", 0, 0.30)
+    margin = {"kind": "margin", "text": "ours by 8", "column": "col", "row": "ours", "at_least": 8.0}
+    above = {"text": "ours top", "column": "col", "rows": ["ours", "near", "far", "never-ran"]}
+    lines = check_claims([{**margin, "over": ["far", "one-seed", "never-ran"]}, {**margin, "over": ["near", "far"], "at_least": 10.0},
+                          above, {**above, "rows": ["never-ran", "ours"]}, {**margin, "over": ["never-ran"]}], tmp_path, 3)
+    # +20.5 and +30.0 (seed 0 only, the one both finished); the row that never ran is named, not judged
+    assert lines[0] == "- ours by 8: holds (+20.50 over far (2 seeds), +30.00 over one-seed (1 seed); not run: never-ran)"
+    assert lines[1].startswith("- ours by 8: does not hold (near within 10 points) (+8.50 over near")  # +5 and +12
+    assert lines[1].endswith(", +20.50 over far (2 seeds))")
+    assert lines[2].startswith("- ours top: holds on each of 2 seeds (ours 61.07, near 52.57, far 40.57")
+    assert lines[2].endswith("judged among the 3 of 4 rows run, not run: never-ran)")
+    assert lines[3] == "- ours top: not run" and lines[4] == "- ours by 8: not run"

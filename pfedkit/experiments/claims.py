@@ -4,7 +4,9 @@
   only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled
   clients for every row), and a claim that holds on some seeds and not on others is reported as mixed; with one seed,
   a gap within two standard errors of the last-k means (from the spread of those k evaluations) is "cannot tell".
+  Rows not run yet are left out of the judgement and named (a suite whose rows were cut still judges the rest).
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
+- "margin": `row` ahead of each row in `over` by at least `at_least` points in `column` (a paper's "by N points").
 A claim may name the evaluation `point` it is judged at ("start" or "after-local", for runs that measured both).
 """
 from __future__ import annotations
@@ -46,10 +48,15 @@ def verdict(first: Mapping[str, float], other: Mapping[str, float], error: float
 
 
 def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
-    first, *others = claim["rows"]
+    first = claim["rows"][0]
     runs = {row: finals(out, claim["column"], row, k, claim.get("point")) for row in claim["rows"]}
-    if not all(runs.values()):
+    absent = [row for row, seeds in runs.items() if not seeds]
+    if first in absent or len(absent) == len(runs) - 1:
         return f"- {claim['text']}: not run"
+    others = [row for row in claim["rows"][1:] if row not in absent]
+    runs = {row: seeds for row, seeds in runs.items() if seeds}
+    partly = (f"; judged among the {len(runs)} of {len(claim['rows'])} rows run, not run: {', '.join(absent)}"
+              if absent else "")
     # rows are compared on the seeds all of them finished: a seed fixes the partition, and means over other seeds differ
     shared = sorted(set.intersection(*(set(v) for v in runs.values())))
     if not shared:
@@ -59,11 +66,34 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     runs = {row: {seed: v[seed] for seed in shared} for row, v in runs.items()}
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
     strongest = max(others, key=lambda r: acc[r])
-    numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in claim["rows"])
+    numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in runs)
     if some_seeds_left_out:
         numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
     error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
-    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers})"
+    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly})"
+
+
+def margin(claim: Mapping[str, Any], out: Path, k: int) -> str:
+    """`row` ahead of each of `over` by at least `at_least` points (means over the seeds both finished)."""
+    point, column, row = claim.get("point"), claim["column"], claim["row"]
+    ours = finals(out, column, row, k, point)
+    if not ours:
+        return f"- {claim['text']}: not run"
+    gaps, absent = {}, []
+    for other in claim["over"]:
+        theirs = finals(out, column, other, k, point)
+        shared = sorted(set(ours) & set(theirs))
+        if not shared:
+            absent.append(other)
+            continue
+        gaps[other] = statistics.fmean(ours[s] - theirs[s] for s in shared), len(shared)
+    if not gaps:
+        return f"- {claim['text']}: not run"
+    short = [other for other, (gap, _) in gaps.items() if gap < claim["at_least"]]
+    judged = "holds" if not short else f"does not hold ({', '.join(short)} within {claim['at_least']:g} points)"
+    numbers = ", ".join(f"{gap:+.2f} over {other} ({n} seed{'s' if n > 1 else ''})" for other, (gap, n) in gaps.items())
+    missing = f"; not run: {', '.join(absent)}" if absent else ""
+    return f"- {claim['text']}: {judged} ({numbers}{missing})"
 
 
 def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
@@ -78,7 +108,7 @@ def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
             f"{base:.2f}, {gap:+.2f})")
 
 
-KINDS = {"above": above, "within": within}
+KINDS = {"above": above, "within": within, "margin": margin}
 
 
 def check_claims(claims: Sequence[Mapping[str, Any]], out: Path, k: int) -> list[str]:

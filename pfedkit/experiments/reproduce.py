@@ -98,13 +98,13 @@ def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequ
 
 
 def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "small") -> list[str]:
-    """How the rows an "above" claim compares differ beyond what it names (`differ_in`): every config key of the
+    """How the rows an "above" or "margin" claim compares differ beyond what it names (`differ_in`): every config key of the
     first row against each other row's. Two different methods are compared on everything but their hyper-parameters;
     a method and its variant or subclass (HEART-PFL and PerAda) on their shared hyper-parameters too."""
     from pfedkit.config import flat
     from pfedkit.registry import method_class, with_method_values
 
-    rows = claim.get("rows", [])
+    rows = claim.get("rows") or ([claim["row"], *claim["over"]] if "over" in claim else [])
     configs = {r: with_method_values(method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0))
                for r in rows}
     allowed = set(claim.get("differ_in", ()))

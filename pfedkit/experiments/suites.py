@@ -21,7 +21,8 @@ SCALE_KEYS = {"about", "round_s", "changes", "row_changes"}
 # point: the evaluation point judged, else each run's own; differ_in: the config keys in which the compared rows may
 # differ (what the paper says differs), beyond the methods themselves
 CLAIM_KEYS = {"above": {"text", "column", "rows", "point", "differ_in"},
-              "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"}}
+              "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"},
+              "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"}}
 
 
 def _check(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
