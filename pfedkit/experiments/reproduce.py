@@ -250,7 +250,7 @@ def reused_lines(out: Path) -> list[str]:
 
 def continued_lines(out: Path) -> list[str]:
     """The table's note on the cells that carried on a shorter finished run instead of training from round 0."""
-    records = sorted(out.rglob(CONTINUED))
+    records = sorted(r for r in out.rglob(CONTINUED) if (r.parent / "summary.json").exists())  # finished ones only
     if not records:
         return []
     lines = ["", "Cells that carried on a finished shorter run with the same config (its rounds copied, the rest "
