@@ -145,7 +145,8 @@ class RoundLoop:
                     raise PfedkitError(
                         f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
                         f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
-                        f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved) or start a new --out")
+                        f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved; more rounds alone, "
+                        "--set train.rounds=N, carry a finished run on) or start a new --out")
                 given = self.config.data.checksum
                 if given and old.data.checksum and given != old.data.checksum:
                     raise PfedkitError(f"data.checksum {given} is not the {old.data.checksum} that {saved} records; "
