@@ -75,11 +75,12 @@ def run_differences(old: Config, new: Config) -> list[str]:
                               ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new))
 
 
-def continues(old: Config, new: Config) -> bool:
+def continues(old: Config, new: Config, changes: Optional[list[str]] = None) -> bool:
     """`new` is `old` run for more rounds and for nothing else, so a finished `old` run can be carried on into it
-    (a method whose defaults follow train.rounds, such as FedPHP's schedule, differs in more than the rounds)."""
-    return (new.train.rounds > old.train.rounds
-            and [change.split(":")[0] for change in run_differences(old, new)] == ["train.rounds"])
+    (a method whose defaults follow train.rounds, such as FedPHP's schedule, differs in more than the rounds).
+    `changes`: run_differences(old, new), where the caller has it already."""
+    changes = run_differences(old, new) if changes is None else changes
+    return new.train.rounds > old.train.rounds and [change.split(":")[0] for change in changes] == ["train.rounds"]
 
 
 def read_saved_config(path: Path) -> Config:

@@ -9,7 +9,7 @@ import pytest
 from pfedkit.engine.simulation import simulate
 from pfedkit.errors import PfedkitError
 from pfedkit.experiments.pipeline import CONTINUED, reuse_identical_runs, run_configs
-from pfedkit.experiments.reproduce import continued_lines
+from pfedkit.experiments.reproduce import copied_lines
 from pfedkit.io import read_csv
 from pfedkit.methods import METHODS
 from tests.test_engine import synthetic
@@ -113,9 +113,9 @@ def test_a_suite_cell_carries_on_a_shorter_finished_run_it_finds(tmp_path):
     assert reuse_identical_runs({cell: long}, tmp_path / "short") == [cell]
     record = json.loads((cell / CONTINUED).read_text())
     assert record["from"] == "col/fedper/seed1" and not (cell / "summary.json").exists()
-    assert continued_lines(tmp_path / "long") == []  # not listed in a table until it has finished
+    assert copied_lines(tmp_path / "long", CONTINUED) == []  # not listed in a table until it has finished
     run_configs({cell: long}, resume=True, progress=False)
-    assert continued_lines(tmp_path / "long")[-1] == "- col/fedper/seed1 continues col/fedper/seed1"
+    assert copied_lines(tmp_path / "long", CONTINUED)[-1] == "- col/fedper/seed1 continues col/fedper/seed1"
     simulate(long, tmp_path / "straight", progress=False)
     same_files(cell, tmp_path / "straight")
     assert len(read_csv(cell / "metrics.csv")) == 5

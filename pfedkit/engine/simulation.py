@@ -139,9 +139,10 @@ class RoundLoop:
         if resume:
             if saved.exists():
                 old = read_saved_config(saved)
-                if self.can_continue and continues(old, self.config):
+                changes = run_differences(old, self.config)
+                if self.can_continue and continues(old, self.config, changes):
                     self.check_continuable(old)
-                elif changes := run_differences(old, self.config):
+                elif changes:
                     raise PfedkitError(
                         f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
                         f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "

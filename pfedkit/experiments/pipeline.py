@@ -36,7 +36,8 @@ def config_changes(saved: Path, config: Config) -> list[str]:
         old = read_saved_config(saved)
     except ConfigError as err:
         return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    return [] if continues(old, config) else run_differences(old, config)
+    changes = run_differences(old, config)
+    return [] if continues(old, config, changes) else changes
 
 
 def run_folder(out: Path, folder: str, seed: int) -> Path:
@@ -141,15 +142,15 @@ def reuse_identical_runs(runs: dict[Path, Config], search: Path,
     for run_dir, config in todo.items():
         if run_dir.exists() and any(run_dir.iterdir()):  # something else is there: leave it to the run
             continue
-        candidates = index.get(_quick_key(config), [])
-        source = next((d for d, saved in candidates if not run_differences(saved, config)), None)
+        candidates = [(d, saved, run_differences(saved, config)) for d, saved in index.get(_quick_key(config), [])]
+        source = next((d for d, _, changes in candidates if not changes), None)
         if source is not None:
             record, leave_out = REUSED, NOT_COPIED
             why = ("a finished run with the same config at its values; runs are seeded, so training again gives it "
                    "(another build may differ in float rounding, which moves a cell by a few hundredths of a point)")
         else:
-            shorter = [(saved.train.rounds, d) for d, saved in candidates
-                       if (d / CHECKPOINT).exists() and continues(saved, config)]
+            shorter = [(saved.train.rounds, d) for d, saved, changes in candidates
+                       if (d / CHECKPOINT).exists() and continues(saved, config, changes)]
             if not shorter:
                 continue
             rounds, source = max(shorter)

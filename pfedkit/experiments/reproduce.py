@@ -236,28 +236,22 @@ def tuned_lines(out: Path) -> list[str]:
     return lines
 
 
-def reused_lines(out: Path) -> list[str]:
-    """The table's note on the cells copied from identical finished runs rather than trained here."""
-    copies = sorted(out.rglob(REUSED))
-    if not copies:
-        return []
-    lines = ["", "Cells copied from finished runs with the same config at its values (not trained again; "
-                 f"{REUSED} in each names the source):", ""]
-    for record in copies:
-        lines.append(f"- {record.parent.relative_to(out)} = {json.loads(record.read_text())['from']}")
-    return lines
+COPY_NOTES = {  # record file in a cell -> the table's heading for such cells, and how a line links cell to source
+    REUSED: ("Cells copied from finished runs with the same config at its values (not trained again; "
+             f"{REUSED} in each names the source):", "="),
+    CONTINUED: ("Cells that carried on a finished shorter run with the same config (its rounds copied, the rest "
+                f"trained here; {CONTINUED} in each names the source):", "continues"),
+}
 
 
-def continued_lines(out: Path) -> list[str]:
-    """The table's note on the cells that carried on a shorter finished run instead of training from round 0."""
-    records = sorted(r for r in out.rglob(CONTINUED) if (r.parent / "summary.json").exists())  # finished ones only
+def copied_lines(out: Path, record_name: str) -> list[str]:
+    """The table's note on the finished cells that came from other runs (REUSED or CONTINUED names the kind)."""
+    records = sorted(r for r in out.rglob(record_name) if (r.parent / "summary.json").exists())
     if not records:
         return []
-    lines = ["", "Cells that carried on a finished shorter run with the same config (its rounds copied, the rest "
-                 f"trained here; {CONTINUED} in each names the source):", ""]
-    for record in records:
-        lines.append(f"- {record.parent.relative_to(out)} continues {json.loads(record.read_text())['from']}")
-    return lines
+    heading, link = COPY_NOTES[record_name]
+    return ["", heading, ""] + [f"- {r.parent.relative_to(out)} {link} {json.loads(r.read_text())['from']}"
+                                for r in records]
 
 
 def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (),
@@ -321,7 +315,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"Curves: {TREND_NOTE}."]
     if suite.notes:
         lines += ["", suite.notes]
-    lines += tuned_lines(out) + reused_lines(out) + continued_lines(out)
+    lines += tuned_lines(out) + copied_lines(out, REUSED) + copied_lines(out, CONTINUED)
     if suite.claims:
         lines += ["", "The paper's claims on these runs:", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, out, suite.last_k or 1)):
