@@ -274,3 +274,16 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
     assert lines[2].startswith("- ours top: holds on each of 2 seeds (ours 61.07, near 52.57, far 40.57")
     assert lines[2].endswith("judged among the 3 of 4 rows run, not run: never-ran)")
     assert lines[3] == "- ours top: not run" and lines[4] == "- ours by 8: not run"
+
+
+def test_the_cost_table_reads_finished_runs_only(tmp_path):
+    from pfedkit.reports.tables import cost_table
+
+    header = "round,acc,acc_client_mean,loss,train_s,eval_s,bytes_down,bytes_up,clients_trained\n"
+    for method, seconds in (("done", 2.0), ("running", 9.0)):
+        run = tmp_path / "col" / method / "seed0"
+        run.mkdir(parents=True)
+        (run / "metrics.csv").write_text(header + f"0,0.1,0.1,2.3,0,1,0,0,0\n1,0.5,0.5,1.0,{seconds},1,2000000,2000000,2\n")
+    (tmp_path / "col" / "done" / "seed0" / "summary.json").write_text("{}")
+    lines = cost_table(tmp_path, "col", 0, ["done", "running"], clients=2)
+    assert lines[2:] == ["| done | 2.0 | 2.000 |"]

@@ -167,9 +167,10 @@ def cost_table(out: Path, column: str, seed: int, rows: Sequence[str], clients: 
     """Training seconds and traffic per round from one column and seed (one machine's timings)."""
     lines = ["| method | train s/round | MB per client per round (down + up) |", "|---|---|---|"]
     for method in rows:
-        metrics = out / column / method / f"seed{seed}" / "metrics.csv"
-        if not metrics.exists():
+        run = out / column / method / f"seed{seed}"
+        if not (run / "summary.json").exists():  # a run still training may share its cores with another
             continue
+        metrics = run / "metrics.csv"
         trained = [r for r in read_csv(metrics) if float(r["train_s"]) > 0]
         seconds = statistics.fmean(float(r["train_s"]) for r in trained)
         traffic = statistics.fmean((int(r["bytes_down"]) + int(r["bytes_up"])) / clients for r in trained)
