@@ -123,6 +123,39 @@ def partition(config: str, overrides: tuple[str, ...], root: Optional[str], plot
     click.echo(f"heatmap: {path}")
 
 
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--window", default=20, show_default=True, type=click.IntRange(min=1), help="rounds per block")
+@click.option("--last", "last_k", default=10, show_default=True, type=click.IntRange(min=1),
+              help="the final accuracy is the mean of this many last evaluations")
+@click.option("--point", type=click.Choice(["start", "after-local"]), default=None,
+              help="evaluation point to read (default: the run's own; a run measured at both headlines start)")
+def curves(runs: tuple[str, ...], window: int, last_k: int, point: Optional[str]) -> None:
+    """Mean accuracy of each block of rounds of one or more run folders (finished or still training), with the
+    mean of the last evaluations, the best and the curve's trend mark: how far a curve has flattened."""
+    from pfedkit.reports.tables import TREND_MARKS, TREND_NOTE, curve_trend, headline_curve, window_means
+
+    table = {}
+    for run in runs:
+        if not (Path(run) / "metrics.csv").exists():
+            raise click.UsageError(f"{run} holds no metrics.csv: give run folders (a suite's are <out>/<column>/<row>/seed<N>)")
+        curve = [(r, 100 * a) for r, a in headline_curve(Path(run), point)]
+        if not curve:
+            raise click.UsageError(f"{run} has no evaluations at point {point!r}: its run measured another point")
+        table[run] = curve
+    blocks = sorted({(a, b) for curve in table.values() for a, b, _ in window_means(curve, window)})
+    click.echo("| run | " + " | ".join(f"{a}-{b}" for a, b in blocks) + f" | last {last_k} | best (round) | last round |")
+    click.echo("|---" * (len(blocks) + 4) + "|")
+    for run, curve in table.items():
+        means = {(a, b): m for a, b, m in window_means(curve, window)}
+        best_round, best = max(curve, key=lambda p: p[1])
+        final = sum(a for _, a in curve[-last_k:]) / len(curve[-last_k:])
+        cells = [f"{means[k]:.2f}" if k in means else "" for k in blocks]
+        click.echo(f"| {run} | " + " | ".join(cells) + f" | {final:.2f}{TREND_MARKS[curve_trend(curve)]} | "
+                   f"{best:.2f} ({best_round}) | {curve[-1][0]} |")
+    click.echo(f"\nAccuracy in %, blocks of {window} rounds from round 1. {TREND_NOTE}.")
+
+
 @main.group(cls=Group)
 def data() -> None:
     """Fetch or check dataset files."""

@@ -94,3 +94,23 @@ def test_data_root_option_reaches_the_run(shared_data, tmp_path):
     assert missing.exit_code == 2 and "nowhere" in missing.output
     found = invoke("partition", config, "--data-root", shared_data, "--plot", tmp_path / "p.png")
     assert found.exit_code == 0 and "mnist: 3 clients" in found.output
+
+
+def test_curves_gives_block_means_last_k_and_best_of_a_run_still_training(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text('[eval]\npoint = "both"\n')  # no summary yet: the config names the point
+    accs = [0.10, 0.50, 0.60, 0.70, 0.90, 0.80]  # rounds 0..5
+    (run / "metrics.csv").write_text("round,acc,acc_after\n" + "".join(
+        f"{r},{a},{a / 2}\n" for r, a in enumerate(accs)))
+    result = invoke("curves", run, "--window", 2, "--last", 3)
+    assert result.exit_code == 0, result.output
+    header, _, row = result.output.splitlines()[:3]
+    assert header.startswith("| run | 1-2 | 3-4 | 5-6 | last 3 |")
+    cells = [c.strip() for c in row.split("|")[2:-1]]
+    assert cells[:3] == ["55.00", "80.00", "80.00"]  # round 0 left out; the last block is shorter
+    assert cells[3].startswith("80.00") and cells[4] == "90.00 (4)" and cells[5] == "5"
+    after = invoke("curves", run, "--window", 2, "--point", "after-local").output.splitlines()[2]
+    assert after.split("|")[2].strip() == "27.50"
+    missing = invoke("curves", tmp_path)
+    assert missing.exit_code == 2 and "holds no metrics.csv" in missing.output

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from pfedkit.config import EvalSection, tomllib
 from pfedkit.io import read_csv
 from pfedkit.records import accuracy_column
 
@@ -58,9 +59,24 @@ def summary_of(run_dir: Path) -> dict:
 def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int, float]]:
     """(round, accuracy) of every evaluated round, at `point` ("start" or "after-local"; a run measured at both has
     both), else at the run's own evaluation point (a run before eval.point: start)."""
-    column = accuracy_column(point or summary_of(run_dir).get("eval_point", "start"))
+    if point is None:  # a run still training has no summary yet: its config says where it measures
+        point = (summary_of(run_dir).get("eval_point", "start") if (run_dir / "summary.json").exists()
+                 else tomllib.loads((run_dir / "config.toml").read_text()).get("eval", {}).get(
+                     "point", EvalSection.model_fields["point"].default))
+    column = accuracy_column(point)
     return [(int(r["round"]), float(r[column])) for r in read_csv(run_dir / "metrics.csv")
             if r.get(column) not in (None, "")]
+
+
+def window_means(curve: Sequence[tuple[int, float]], window: int) -> list[tuple[int, int, float]]:
+    """(first round, last round, mean accuracy) of the evaluations in each block of `window` rounds from round 1 (round
+    0, before any training, is left out); the last block may be shorter."""
+    blocks: dict[int, list[tuple[int, float]]] = {}
+    for round, acc in curve:
+        if round > 0:
+            blocks.setdefault((round - 1) // window, []).append((round, acc))
+    return [(b * window + 1, b * window + window, statistics.fmean(a for _, a in points))
+            for b, points in sorted(blocks.items())]
 
 
 def mean_of_last(run_dir: Path, k: int, point: Optional[str] = None) -> float:
