@@ -269,6 +269,11 @@ def test_client_round_changes_only_adapters_batchnorms_and_head_and_leaves_the_b
 def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_split(monkeypatch):
     method = heart(params={"kd_steps": 2, "kd_batch": 8, "pgd_steps": 2}, server=server_data())
     average = method.init_server()
+    keys = method.adapter_keys()
+
+    def outcome(state: dict) -> tuple[float, float]:
+        return float(state["kd_accepted"]), float(state["kd_val_gain"])
+
     replies = [method.local_update(average, average, image_data(cid), 0)[0] for cid in range(2)]
     teachers = [method.adapter_model(r, f"teacher{cid}") for cid, r in enumerate(replies)]
     model = method.adapter_model(average, "probe").eval()
@@ -277,7 +282,8 @@ def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_
         labels = model(val.train_x).argmax(1)
     method.ctx.__dict__["server"] = ServerData(val.train_x, labels, val.train_x, val.train_y, "probe")
     kept = method.distill(average, teachers, 0)
-    assert all(torch.equal(kept[k], average[k]) for k in average)
+    assert all(torch.equal(kept[k], average[k]) for k in keys)
+    assert outcome(kept) == (0.0, 0.0)  # logged in metrics.csv: the average was kept
 
     def scripted(*accuracies):  # validation accuracies: the average's first, then one per step
         values = iter(accuracies)
@@ -290,16 +296,19 @@ def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_
 
     scripted(0.5, 0.6)
     after_one = run(1)
-    assert any(not torch.equal(after_one[k], average[k]) for k in average)
+    assert outcome(after_one) == pytest.approx((1.0, 10.0))  # kept, 10 points above the average on validation
+    assert any(not torch.equal(after_one[k], average[k]) for k in keys)
     scripted(0.5, 0.6, 0.55)  # the best step, not the last
     best = run(2)
-    assert all(torch.equal(best[k], after_one[k]) for k in average)
+    assert all(torch.equal(best[k], after_one[k]) for k in keys)
     scripted(0.5, 0.5, 0.4)  # never strictly better than the average
     rejected = run(2)
-    assert all(torch.equal(rejected[k], average[k]) for k in average)
+    assert outcome(rejected) == (0.0, 0.0)
+    assert all(torch.equal(rejected[k], average[k]) for k in keys)
     scripted(0.5, 0.4, 0.7)
     last = run(2)
-    assert any(not torch.equal(last[k], after_one[k]) for k in average)
+    assert outcome(last) == pytest.approx((1.0, 20.0))
+    assert any(not torch.equal(last[k], after_one[k]) for k in keys)
 
 
 def test_missing_server_data_or_a_plain_model_fails_before_training():
@@ -330,8 +339,14 @@ def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path)
     from pfedkit.experiments import run_experiment
     from pfedkit.registry import load_config
 
-    summary = run_experiment(load_config(None, HEART_RUN), tmp_path / "run", progress=False)
+    from pfedkit.io import read_csv
+
+    summary = run_experiment(load_config(None, HEART_RUN + ["method.kd_rounds=1"]), tmp_path / "run", progress=False)
     assert summary["rounds"] == 2 and 0 <= summary["last_acc"] <= 1
+    rows = [r for r in read_csv(tmp_path / "run" / "metrics.csv") if int(r["clients_trained"]) > 0]
+    assert float(rows[0]["kd_accepted"]) in (0.0, 1.0)  # distilled in round 0: kept or not, and what it gained
+    assert (float(rows[0]["kd_val_gain"]) > 0) == (float(rows[0]["kd_accepted"]) == 1.0)
+    assert [float(r["kd_accepted"]) for r in rows[1:]] == [-1.0]  # no distillation from kd_rounds on
 
 
 @pytest.mark.gpu

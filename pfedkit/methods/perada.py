@@ -52,10 +52,17 @@ def check_adapter_model(method: str, model: nn.Module) -> None:
                           "\"small-resnet-adapter\" (with adapters = true), usually with model.options.pretrained")
 
 
+def distillation_outcome(accepted: int, gain: float) -> State:
+    return {"kd_accepted": torch.tensor(float(accepted)), "kd_val_gain": torch.tensor(float(gain))}
+
+
 @register
 class PerAda(Method):
     name = "perada"
     summary = "personalized adapters (proximal to the global adapter); global adapter = average, then distilled from the client ensemble on proxy data"
+    # each round's distillation outcome, in metrics.csv: 1 the distilled adapter was kept, 0 the average was, -1 no
+    # distillation that round; and the validation accuracy (points) the kept student gained over the average
+    logged = ("kd_accepted", "kd_val_gain")
     Params = PerAdaParams
 
     # ---- state and messages ----
@@ -74,14 +81,14 @@ class PerAda(Method):
             raise ConfigError(f"method {self.name} distils on server proxy data: set proxy.holdout (e.g. 0.1, the "
                               "in-domain split; add proxy.dataset for an out-of-domain proxy), or "
                               "method.kd_rounds = 0 for plain averaging")
-        return self.init_client(-1, None)
+        return {**self.init_client(-1, None), **distillation_outcome(-1, 0.0)}
 
     def init_client(self, cid: int, data: Optional[ClientData]) -> State:
         initial = self.initial_state()  # omega_k^0 = theta^0: the pretrained backbone's own adapters and head
         return {k: initial[k].clone() for k in self.adapter_keys()}
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
-        return dict(server)
+        return {k: server[k] for k in self.adapter_keys()}
 
     def adapter_model(self, state: Mapping[str, torch.Tensor], slot: str) -> StagedResNet:
         """The frozen backbone (the initial, pretrained model) with this adapter state."""
@@ -133,9 +140,9 @@ class PerAda(Method):
         if not replies:
             return server
         uniform = {cid: {**reply, "weight": 1} for cid, reply in replies.items()}  # 1/|S_r| (Alg. 1 line 14)
-        averaged = weighted_mean(uniform, server.keys(), weight="weight")
+        averaged = weighted_mean(uniform, self.adapter_keys(), weight="weight")
         if round >= self.params.kd_rounds:
-            return averaged
+            return {**averaged, **distillation_outcome(-1, 0.0)}
         teachers = [self.adapter_model(replies[cid], f"teacher{i}") for i, cid in enumerate(sorted(replies))]
         return self.distill(averaged, teachers, round)
 
@@ -154,9 +161,14 @@ class PerAda(Method):
         """Distil the teachers' ensemble into the averaged adapter; the best validated student if it beats the
         average on the validation split, else the average (the code's `use_init_server_model`)."""
         with seeded_dropout(self.ctx.seed, round, -1):
-            return self.run_distillation(averaged, teachers, round)
+            best, best_acc, start = self.run_distillation(averaged, teachers, round)
+        if best is not None and best_acc > start:
+            return {**best, **distillation_outcome(1, 100 * (best_acc - start))}
+        return {**averaged, **distillation_outcome(0, 0.0)}
 
-    def run_distillation(self, averaged: State, teachers: list[StagedResNet], round: int) -> State:
+    def run_distillation(self, averaged: State, teachers: list[StagedResNet], round: int
+                         ) -> tuple[Optional[State], float, float]:
+        """(the best validated student or None, its validation accuracy, the average's)."""
         p, data = self.params, self.ctx.server
         student = self.adapter_model(averaged, "student")
         anchor = self.adapter_model(averaged, "anchor") if self.needs_anchor() else None  # frozen pre-distillation copy
@@ -191,4 +203,4 @@ class PerAda(Method):
                     acc = accuracy(student, data.val_x, data.val_y)
                     if acc > best_acc:
                         best_acc, best = acc, self.adapter_state(student)
-        return best if best is not None and best_acc > start else averaged
+        return best, best_acc, start
