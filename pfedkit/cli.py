@@ -206,9 +206,10 @@ def data_check(name: str, root: Optional[str]) -> None:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--threads", default=1, show_default=True, type=int,
               help="torch CPU threads (small batches run fastest on one; 0 = torch's default)")
+@click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a GPU")
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epochs: int, batch_size: int, lr: float,
-             momentum: float, seed: int, threads: int, root: Optional[str]) -> None:
+             momentum: float, seed: int, threads: int, device: str, root: Optional[str]) -> None:
     """Train a backbone centrally on DATASET and save a torchvision-format state dict for model.options.pretrained."""
     import torch
 
@@ -220,7 +221,7 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
 
     parsed = {path[-1]: value for path, value in (parse_override(f"model.{o}") for o in options)}
     result = pretrain_backbone(dataset, model, out, options=parsed, epochs=epochs, batch_size=batch_size, lr=lr,
-                               momentum=momentum, seed=seed, root=root, log=click.echo)
+                               momentum=momentum, seed=seed, root=root, device=device, log=click.echo)
     acc = f", test accuracy {result['test_acc']:.4f}" if "test_acc" in result else ""
     click.echo(f"saved {out} ({model} on {dataset}, {result['seconds']:.0f} s{acc}); use it with "
                f"model.options.pretrained = \"{out}\"")

@@ -3,6 +3,7 @@ what client training may change, and the server's distillation choice."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -385,3 +386,23 @@ def test_pretrain_saves_a_backbone_the_adapter_models_load(tmp_path):
                                        stem_stride=1).body.state_dict()["layer2.0.conv2.weight"])
     bad = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--model", "resnet18", "--out", str(out)])
     assert bad.exit_code == 2 and "resnet18-adapter" in bad.output
+    if not torch.cuda.is_available():  # a GPU asked for where there is none: said before any data is read
+        no_gpu = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--device", "cuda", "--out", str(out)])
+        assert no_gpu.exit_code == 2 and "no CUDA GPU is visible here; use --device cpu" in no_gpu.output
+
+
+def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretrains(tmp_path):
+    from pfedkit.errors import ConfigError
+    from pfedkit.experiments.suites import SUITES, PAPERS, suite_from_toml
+
+    suite = SUITES["heart-cifar100"]
+    small, gpu = suite.pretrain_at("small"), suite.pretrain_at("gpu")
+    assert small["model"] == "small-resnet-adapter" and small["options"]["widths"] == [32, 64, 128, 256]
+    assert gpu["model"] == "resnet18-adapter" and gpu["options"] == {"stem": "cifar"}  # options replaced, not merged
+    assert gpu["dataset"] == small["dataset"] == "cifar10" and gpu["path"] != small["path"]
+    text = (PAPERS / "heart_table1.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    without = re.sub(r"\n\[pretrain\].*?(?=\n\[)", "", text, flags=re.DOTALL)  # the suite's [pretrain] table cut out
+    bad.write_text(without.replace("[scales.small]", "[scales.small]\npretrain = {epochs = 3}"))
+    with pytest.raises(ConfigError, match=r"\[scales.small\]: a scale's pretrain changes the suite's \[pretrain\]"):
+        suite_from_toml(bad)

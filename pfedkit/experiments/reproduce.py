@@ -55,6 +55,7 @@ class Scale:
     round_s: float  # seconds per round of a typical row, measured on this project's 2-core machine (0 = unknown)
     about: str  # one line: how this scale differs from the paper's
     row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)  # rows kept apart, e.g. at full rounds
+    pretrain: Mapping[str, Any] = field(default_factory=dict)  # keys replacing the suite's [pretrain] ones at this scale
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,11 @@ class Suite:
         """The registered method a row runs: the row itself, or the one its row_changes name (a variant row,
         e.g. one value of a hyper-parameter sweep)."""
         return self.row_changes.get(row, {}).get("method", {}).get("name", row)
+
+    def pretrain_at(self, scale: str) -> Optional[Mapping[str, Any]]:
+        """The backbone to pretrain at `scale`: the suite's [pretrain] with the scale's keys in place of its own (another
+        model with its own options, more epochs)."""
+        return {**self.pretrain, **self.scales[scale].pretrain} if self.pretrain else None
 
     def cells(self, columns: Sequence[str], rows: Sequence[str]) -> list[tuple[str, str]]:
         return [(c, r) for c in columns for r in rows if self.columns[c].rows is None or r in self.columns[c].rows]
@@ -135,8 +141,9 @@ def with_out(value: Any, out: Path) -> Any:
     return value
 
 
-def pretrain_once(spec: Mapping[str, Any], out: Path, root: Optional[str], log: Callable[[str], None]) -> None:
-    """The suite's [pretrain] backbone, unless its file is already in the output folder."""
+def pretrain_once(spec: Mapping[str, Any], out: Path, root: Optional[str], log: Callable[[str], None],
+                  device: str = "cpu") -> None:
+    """The suite's [pretrain] backbone, unless its file is already in the output folder; on the cells' device."""
     from pfedkit.experiments.pretrain import pretrain_backbone
 
     path = Path(with_out(spec["path"], out))
@@ -144,7 +151,7 @@ def pretrain_once(spec: Mapping[str, Any], out: Path, root: Optional[str], log: 
         return
     log(f"pretraining a {spec['model']} backbone on {spec['dataset']} -> {path}")
     result = pretrain_backbone(spec["dataset"], spec["model"], path, options=dict(spec.get("options", {})),
-                               epochs=spec.get("epochs", 2), root=root)
+                               epochs=spec.get("epochs", 2), root=root, device=device)
     log(f"{spec['dataset']} test accuracy {result['test_acc']:.4f} in {result['seconds']:.0f} s")
 
 
@@ -295,7 +302,8 @@ def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, over
     if reuse_from is not None:
         reuse_identical_runs(todo, Path(reuse_from), log)
     if todo and suite.pretrain:
-        pretrain_once(suite.pretrain, out, next(iter(todo.values())).data.root, log)
+        first = next(iter(todo.values()))
+        pretrain_once(suite.pretrain_at(scale), out, first.data.root, log, first.run.device)
     return missing, run_configs(todo, resume=resume, progress=progress, log=log)
 
 

@@ -17,7 +17,7 @@ PAPERS = Path(__file__).with_name("papers")
 SUITE_KEYS = {"name", "paper", "rows", "base", "columns", "scales", "row_changes", "pretrain", "claims", "threads",
               "last_k", "cost_column", "notes"}
 COLUMN_KEYS = {"label", "changes", "paper", "rows", "row_changes", "source"}
-SCALE_KEYS = {"about", "round_s", "changes", "row_changes"}
+SCALE_KEYS = {"about", "round_s", "changes", "row_changes", "pretrain"}
 # point: the evaluation point judged, else each run's own; differ_in: the config keys in which the compared rows may
 # differ (what the paper says differs), beyond the methods themselves
 CLAIM_KEYS = {"above": {"text", "column", "rows", "point", "differ_in"},
@@ -52,7 +52,9 @@ def suite_from_toml(path: Path) -> Suite:
     for key, scale in data["scales"].items():
         _check(scale, SCALE_KEYS, f"{path} [scales.{key}]")
         scales[key] = Scale(scale.get("changes", {}), scale.get("round_s", 0), scale["about"],
-                            scale.get("row_changes", {}))
+                            scale.get("row_changes", {}), scale.get("pretrain", {}))
+        if "pretrain" in scale and "pretrain" not in data:
+            raise ConfigError(f"{path} [scales.{key}]: a scale's pretrain changes the suite's [pretrain], which it has not")
     for claim in data.get("claims", ()):
         kind = claim.get("kind", "above")
         if kind not in CLAIM_KEYS:
