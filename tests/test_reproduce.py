@@ -287,3 +287,19 @@ def test_the_cost_table_reads_finished_runs_only(tmp_path):
     (tmp_path / "col" / "done" / "seed0" / "summary.json").write_text("{}")
     lines = cost_table(tmp_path, "col", 0, ["done", "running"], clients=2)
     assert lines[2:] == ["| done | 2.0 | 2.000 |"]
+
+
+def test_the_table_says_how_often_server_distillation_was_kept(tmp_path):
+    from pfedkit.reports.tables import distillation_lines
+
+    rows = {"heart-pfl": "0,0.1,,\n1,0.2,1,2.5\n2,0.3,0,0\n3,0.4,1,1.5\n4,0.5,-1,0\n5,0.5,,\n",
+            "fedper": None}
+    for method, body in rows.items():
+        run = tmp_path / "dir0.1" / method / "seed0"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+        (run / "metrics.csv").write_text("round,acc,kd_accepted,kd_val_gain\n" + body if body else "round,acc\n0,0.1\n")
+    lines = distillation_lines(tmp_path)
+    assert lines[-1:] == ["- dir0.1/heart-pfl/seed0: kept in 2 of 3 distillation rounds (rounds 1-3), "
+                          "validation +2.00 points on average when kept"]
+    assert distillation_lines(tmp_path / "dir0.1" / "fedper") == []

@@ -30,6 +30,7 @@ from pfedkit.reports.tables import (
     TREND_NOTE,
     cell_trend,
     cost_table,
+    distillation_lines,
     finished_runs,
     mean_curve,
     mean_of_last,
@@ -323,7 +324,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
              f"Curves: {TREND_NOTE}."]
     if suite.notes:
         lines += ["", suite.notes]
-    lines += tuned_lines(out) + copied_lines(out, REUSED) + copied_lines(out, CONTINUED)
+    lines += tuned_lines(out) + copied_lines(out, REUSED) + copied_lines(out, CONTINUED) + distillation_lines(out)
     if suite.claims:
         lines += ["", "The paper's claims on these runs:", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, out, suite.last_k or 1)):

@@ -192,3 +192,22 @@ def cost_table(out: Path, column: str, seed: int, rows: Sequence[str], clients: 
         traffic = statistics.fmean((int(r["bytes_down"]) + int(r["bytes_up"])) / clients for r in trained)
         lines.append(f"| {method} | {seconds:.1f} | {traffic / 1e6:.3f} |")
     return lines
+
+
+def distillation_lines(out: Path) -> list[str]:
+    """The table's note on server distillation (PerAda, HEART-PFL: metrics.csv's kd_accepted and kd_val_gain): per
+    finished run, in how many of the rounds that distilled the distilled model was kept, and its mean validation gain."""
+    lines = []
+    for summary in sorted(out.rglob("summary.json")):
+        rows = [r for r in read_csv(summary.parent / "metrics.csv") if r.get("kd_accepted") not in (None, "")]
+        distilled = [r for r in rows if float(r["kd_accepted"]) >= 0]
+        if not distilled:
+            continue
+        kept = [float(r["kd_val_gain"]) for r in distilled if float(r["kd_accepted"]) == 1]
+        gain = f", validation +{statistics.fmean(kept):.2f} points on average when kept" if kept else ""
+        lines.append(f"- {summary.parent.relative_to(out)}: kept in {len(kept)} of {len(distilled)} distillation rounds "
+                     f"(rounds {int(distilled[0]['round'])}-{int(distilled[-1]['round'])}){gain}")
+    if not lines:
+        return []
+    return ["", "Server distillation (the distilled global adapter is kept only if it beats the plain average on the "
+            "server's validation split):", ""] + lines
