@@ -274,6 +274,10 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
     assert lines[2].startswith("- ours top: holds on each of 2 seeds (ours 61.07, near 52.57, far 40.57")
     assert lines[2].endswith("judged among the 3 of 4 rows run, not run: never-ran)")
     assert lines[3] == "- ours top: not run" and lines[4] == "- ours by 8: not run"
+    # a row with fewer seeds limits the whole check to seed 0; the pairs that finished more seeds are judged on them too
+    line = check_claims([{**above, "rows": ["ours", "near", "one-seed"]}], tmp_path, 3)[0]
+    assert line.startswith("- ours top: holds (ours 60.07, near 55.07, one-seed 30.07; on the 1 seed(s) every row finished")
+    assert line.endswith("; pairwise on the seeds both finished, ours over near: holds on each of 2 seeds (+8.50)")
 
 
 def test_the_cost_table_reads_finished_runs_only(tmp_path):

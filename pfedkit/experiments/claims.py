@@ -63,6 +63,7 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
         seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in runs.items())
         return f"- {claim['text']}: cannot tell: no seed finished for every row ({seeds})"
     some_seeds_left_out = any(len(v) > len(shared) for v in runs.values())
+    pairwise = pairwise_on_more_seeds(runs, first, others, len(shared)) if some_seeds_left_out else ""
     runs = {row: {seed: v[seed] for seed in shared} for row, v in runs.items()}
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
     strongest = max(others, key=lambda r: acc[r])
@@ -70,7 +71,20 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     if some_seeds_left_out:
         numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
     error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
-    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly})"
+    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly}){pairwise}"
+
+
+def pairwise_on_more_seeds(runs: Mapping[str, Mapping[str, float]], first: str, others: Sequence[str], shared: int) -> str:
+    """Where the first row and another finished more seeds together than every row did: the pair judged on those
+    (their mean gap and the seed-by-seed verdict), so extra seeds of the leading rows are not left unread."""
+    lines = []
+    for other in others:
+        seeds = sorted(set(runs[first]) & set(runs[other]))
+        if len(seeds) > shared:
+            gap = statistics.fmean(runs[first][s] - runs[other][s] for s in seeds)
+            mine, theirs = ({s: v[s] for s in seeds} for v in (runs[first], runs[other]))
+            lines.append(f"over {other}: {verdict(mine, theirs)} ({gap:+.2f})")
+    return f"; pairwise on the seeds both finished, {first} " + ", ".join(lines) if lines else ""
 
 
 def margin(claim: Mapping[str, Any], out: Path, k: int) -> str:
