@@ -389,6 +389,8 @@ def test_pretrain_saves_a_backbone_the_adapter_models_load(tmp_path):
     if not torch.cuda.is_available():  # a GPU asked for where there is none: said before any data is read
         no_gpu = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--device", "cuda", "--out", str(out)])
         assert no_gpu.exit_code == 2 and "no CUDA GPU is visible here; use --device cpu" in no_gpu.output
+    typo = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--device", "gpu", "--out", str(out)])
+    assert typo.exit_code == 2 and "cpu or cuda" in typo.output
 
 
 def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretrains(tmp_path):

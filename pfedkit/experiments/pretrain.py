@@ -35,7 +35,9 @@ def pretrain_backbone(dataset: str, model: str, out: str | Path, *, options: Opt
         raise ConfigError("pretrain starts from random weights; leave out the `pretrained` option")
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ConfigError(f"pretrain needs epochs >= 1, batch size >= 1 and lr > 0 (got {epochs}, {batch_size}, {lr})")
-    if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ConfigError(f"pretrain runs on device cpu or cuda (cuda:N for one GPU of several), got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"pretrain on device {device!r}: no CUDA GPU is visible here; use --device cpu")
     source = load_dataset(dataset, root)
     with seeded_torch(seed, -1, -1, "pretrain-init"):
