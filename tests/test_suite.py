@@ -129,3 +129,18 @@ def test_a_claim_compares_rows_only_on_the_seeds_all_of_them_finished(tmp_path):
     fake_run(tmp_path / "col" / "c" / "seed5", [0.80] * 4, 3)
     alone = check_claims([{"text": "c above a", "column": "col", "rows": ["c", "a"]}], tmp_path, 4)[0]
     assert alone == "- c above a: cannot tell: no seed finished for every row (c: seed5; a: seed0)"
+
+
+def test_a_verdict_on_a_curve_still_rising_is_called_provisional(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    fake_run(tmp_path / "col" / "flat" / "seed0", [0.50] * 20, 19)
+    fake_run(tmp_path / "col" / "rising" / "seed0", [0.30 + 0.01 * r for r in range(20)], 19)  # +1 point a round
+    fake_run(tmp_path / "col" / "high" / "seed0", [0.90] * 20, 19)
+    line = check_claims([{"text": "flat above rising", "column": "col", "rows": ["flat", "rising"]}], tmp_path, 5)[0]
+    assert line == "- flat above rising: holds (flat 50.00, rising 47.00); provisional, still rising: rising"
+    settled = check_claims([{"text": "high above flat", "column": "col", "rows": ["high", "flat"]}], tmp_path, 5)[0]
+    assert settled == "- high above flat: holds (high 90.00, flat 50.00)"
+    margin = check_claims([{"kind": "margin", "text": "high by 30", "column": "col", "row": "high",
+                            "over": ["rising"], "at_least": 30}], tmp_path, 5)[0]
+    assert margin == "- high by 30: holds (+43.00 over rising (1 seed)); provisional, still rising: rising"

@@ -8,6 +8,7 @@
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
 - "margin": `row` ahead of each row in `over` by at least `at_least` points in `column` (a paper's "by N points").
 A claim may name the evaluation `point` it is judged at ("start" or "after-local", for runs that measured both).
+A verdict on rows whose curves are still rising (the tables' ↑) says so: it is provisional, the gap may yet change.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from pfedkit.reports.tables import finished_runs, headline_curve, mean_of_last
+from pfedkit.reports.tables import cell_trend, finished_runs, headline_curve, mean_of_last
 
 
 def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None) -> dict[str, float]:
@@ -33,6 +34,13 @@ def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[s
         values = [100 * acc for _, acc in headline_curve(run, point)[-k:]]
         spreads.append(statistics.variance(values) / len(values) if len(values) > 1 else 0.0)
     return math.sqrt(sum(spreads))
+
+
+def still_rising(out: Path, column: str, rows: Sequence[str], point: Optional[str], seeds: Sequence[str]) -> str:
+    """"; provisional: still rising: ..." naming the rows whose mean curve over `seeds` is still rising, else ""."""
+    rising = [row for row in rows
+              if cell_trend([d for d in finished_runs(out / column, row) if d.name in seeds], point) == "rising"]
+    return f"; provisional, still rising: {', '.join(rising)}" if rising else ""
 
 
 def verdict(first: Mapping[str, float], other: Mapping[str, float], error: float = 0.0) -> str:
@@ -71,7 +79,8 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     if some_seeds_left_out:
         numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
     error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
-    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly}){pairwise}"
+    rising = still_rising(out, claim["column"], list(runs), claim.get("point"), shared)
+    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly}){pairwise}{rising}"
 
 
 def pairwise_on_more_seeds(runs: Mapping[str, Mapping[str, float]], first: str, others: Sequence[str], shared: int) -> str:
@@ -93,7 +102,7 @@ def margin(claim: Mapping[str, Any], out: Path, k: int) -> str:
     ours = finals(out, column, row, k, point)
     if not ours:
         return f"- {claim['text']}: not run"
-    gaps, absent = {}, []
+    gaps, absent, judged_seeds = {}, [], set()
     for other in claim["over"]:
         theirs = finals(out, column, other, k, point)
         shared = sorted(set(ours) & set(theirs))
@@ -101,13 +110,15 @@ def margin(claim: Mapping[str, Any], out: Path, k: int) -> str:
             absent.append(other)
             continue
         gaps[other] = statistics.fmean(ours[s] - theirs[s] for s in shared), len(shared)
+        judged_seeds.update(shared)
     if not gaps:
         return f"- {claim['text']}: not run"
     short = [other for other, (gap, _) in gaps.items() if gap < claim["at_least"]]
     judged = "holds" if not short else f"does not hold ({', '.join(short)} within {claim['at_least']:g} points)"
     numbers = ", ".join(f"{gap:+.2f} over {other} ({n} seed{'s' if n > 1 else ''})" for other, (gap, n) in gaps.items())
     missing = f"; not run: {', '.join(absent)}" if absent else ""
-    return f"- {claim['text']}: {judged} ({numbers}{missing})"
+    rising = still_rising(out, column, [row, *gaps], point, sorted(judged_seeds))
+    return f"- {claim['text']}: {judged} ({numbers}{missing}){rising}"
 
 
 def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
@@ -117,9 +128,12 @@ def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
         return f"- {claim['text']}: not run"
     value, base = statistics.fmean(runs.values()), statistics.fmean(reference.values())
     gap = value - base
+    rising = [column for column, seeds in ((claim["column"], runs), (claim["reference"], reference))
+              if still_rising(out, column, [claim["row"]], claim.get("point"), sorted(seeds))]
+    note = f"; provisional, still rising: {claim['row']} in {', '.join(rising)}" if rising else ""
     return (f"- {claim['text']}: {'holds' if abs(gap) <= claim['points'] else 'does not hold'} "
             f"({claim.get('label', claim['column'])} {value:.2f} over {len(runs)} seeds, {claim['reference']} "
-            f"{base:.2f}, {gap:+.2f})")
+            f"{base:.2f}, {gap:+.2f}){note}")
 
 
 KINDS = {"above": above, "within": within, "margin": margin}

@@ -85,11 +85,11 @@ def mean_of_last(run_dir: Path, k: int, point: Optional[str] = None) -> float:
     return statistics.fmean(acc for _, acc in headline_curve(run_dir, point)[-k:])
 
 
-def mean_curve(runs: Sequence[Path]) -> list[dict[str, float]]:
-    """Per-round mean accuracy over the runs (seeds), at each run's evaluation point."""
+def mean_curve(runs: Sequence[Path], point: Optional[str] = None) -> list[dict[str, float]]:
+    """Per-round mean accuracy over the runs (seeds), at `point` or each run's own evaluation point."""
     by_round: dict[int, list[float]] = {}
     for run in runs:
-        for round, acc in headline_curve(run):
+        for round, acc in headline_curve(run, point):
             by_round.setdefault(round, []).append(acc)
     return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
 
@@ -108,8 +108,8 @@ def curve_trend(curve: Sequence[tuple[int, float]]) -> str:
     return "peaked" if max(a for _, a in last) < max(a for _, a in curve) - PEAK_POINTS else "flat"
 
 
-def cell_trend(runs: Sequence[Path]) -> str:
-    return curve_trend([(p["round"], 100 * p["acc"]) for p in mean_curve(runs)]) if runs else ""
+def cell_trend(runs: Sequence[Path], point: Optional[str] = None) -> str:
+    return curve_trend([(p["round"], 100 * p["acc"]) for p in mean_curve(runs, point)]) if runs else ""
 
 
 POINT_TEXT = {"start": "at the start of each round (each client's personalized model after the broadcast, before local "
