@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 
 import pytest
@@ -119,3 +120,28 @@ def test_a_suite_cell_carries_on_a_shorter_finished_run_it_finds(tmp_path):
     simulate(long, tmp_path / "straight", progress=False)
     same_files(cell, tmp_path / "straight")
     assert len(read_csv(cell / "metrics.csv")) == 5
+
+
+@pytest.mark.parametrize("suite_name", ["fedafk-cifar10", "pgfedsplit-cifar", "heart-cifar100"])
+def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
+    """Every cell of a `long` scale is its small cell run for more rounds and nothing else, read from the folders the
+    suites write (so a long run continues the committed small cells instead of training from round 0)."""
+    from pfedkit.experiments.reproduce import cell_config
+    from pfedkit.experiments.suites import SUITES
+    from pfedkit.registry import build_config, continues, method_class, run_differences
+
+    suite, results = SUITES[suite_name], Path("benchmarks/results")
+    small_out, long_out = results / suite_name.replace("-", "_"), results / (suite_name.replace("-", "_") + "_long")
+    for column, row in suite.cells(list(suite.columns), suite.rows):
+        small = build_config(cell_config(suite, "small", column, row, out=small_out))
+        long = build_config(cell_config(suite, "long", column, row, out=long_out))
+        following = set(method_class(long.method.name).Params.run_defaults(long.train))  # e.g. FedPHP's schedule
+        if not following:
+            assert continues(small, long), (column, row, run_differences(small, long))
+        else:  # trained afresh, rightly: its schedule stretches with the rounds
+            assert {change.split(":")[0] for change in run_differences(small, long)} <= \
+                {"train.rounds"} | {f"method.{key}" for key in following}, (column, row)
+    if suite.pretrain:  # the long cells load the very backbone the small ones were trained from
+        backbone = {scale: Path(suite.pretrain_at(scale)["path"].replace("{out}", str(out))).resolve()
+                    for scale, out in (("small", small_out), ("long", long_out))}
+        assert backbone["long"] == backbone["small"]
