@@ -36,10 +36,13 @@ def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[s
     return math.sqrt(sum(spreads))
 
 
-def still_rising(out: Path, column: str, rows: Sequence[str], point: Optional[str], seeds: Sequence[str]) -> str:
-    """"; provisional: still rising: ..." naming the rows whose mean curve over `seeds` is still rising, else ""."""
-    rising = [row for row in rows
-              if cell_trend([d for d in finished_runs(out / column, row) if d.name in seeds], point) == "rising"]
+def still_rising(out: Path, column: str, rows: Sequence[str], point: Optional[str], seeds: Sequence[str]) -> list[str]:
+    """The rows whose mean curve over `seeds` in `column` is still rising (the tables' ↑)."""
+    return [row for row in rows
+            if cell_trend([d for d in finished_runs(out / column, row) if d.name in seeds], point) == "rising"]
+
+
+def provisional(rising: Sequence[str]) -> str:
     return f"; provisional, still rising: {', '.join(rising)}" if rising else ""
 
 
@@ -79,7 +82,7 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
     if some_seeds_left_out:
         numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
     error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
-    rising = still_rising(out, claim["column"], list(runs), claim.get("point"), shared)
+    rising = provisional(still_rising(out, claim["column"], list(runs), claim.get("point"), shared))
     return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly}){pairwise}{rising}"
 
 
@@ -117,7 +120,7 @@ def margin(claim: Mapping[str, Any], out: Path, k: int) -> str:
     judged = "holds" if not short else f"does not hold ({', '.join(short)} within {claim['at_least']:g} points)"
     numbers = ", ".join(f"{gap:+.2f} over {other} ({n} seed{'s' if n > 1 else ''})" for other, (gap, n) in gaps.items())
     missing = f"; not run: {', '.join(absent)}" if absent else ""
-    rising = still_rising(out, column, [row, *gaps], point, sorted(judged_seeds))
+    rising = provisional(still_rising(out, column, [row, *gaps], point, sorted(judged_seeds)))
     return f"- {claim['text']}: {judged} ({numbers}{missing}){rising}"
 
 
@@ -130,7 +133,7 @@ def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
     gap = value - base
     rising = [column for column, seeds in ((claim["column"], runs), (claim["reference"], reference))
               if still_rising(out, column, [claim["row"]], claim.get("point"), sorted(seeds))]
-    note = f"; provisional, still rising: {claim['row']} in {', '.join(rising)}" if rising else ""
+    note = provisional([f"{claim['row']} in {', '.join(rising)}"] if rising else [])
     return (f"- {claim['text']}: {'holds' if abs(gap) <= claim['points'] else 'does not hold'} "
             f"({claim.get('label', claim['column'])} {value:.2f} over {len(runs)} seeds, {claim['reference']} "
             f"{base:.2f}, {gap:+.2f}){note}")
