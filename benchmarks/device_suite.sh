@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run a suite on the lent GPU machine so that its run folders come back and a later call resumes them.
+# The device tool returns only files at most two folders under $OUT, so the runs live in .devruns/ (ignored, carried)
+# and are packed into $OUT/devruns.tgz on exit, also when SECONDS runs out. Checkpoints stay behind (one FedAFK cell's
+# is about 70 MB, over the 16 MiB a returned file may have), so a cell must finish inside one call.
+# On the device, with carry [".devwheels", ".devdata", ".devruns"]:
+#   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
+# Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root; then commit the finished cells)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+seconds=$1; suite=$2; shift 2
+mkdir -p /tmp/pylib .devruns
+tag=cp$(python3 -c 'import sys; print("%d%d" % sys.version_info[:2])')
+python3 -m pip install -q --no-deps --no-index --target /tmp/pylib .devwheels/*-py3-none-any.whl \
+    .devwheels/pydantic_core-*"$tag"*.whl > /dev/null 2>&1 || { echo "installing .devwheels failed"; exit 1; }
+export PYTHONPATH=$PWD:/tmp/pylib PYTHONUNBUFFERED=1
+trap 'tar czf "$OUT/devruns.tgz" --exclude=checkpoint.pt --exclude=.pfedkit.lock .devruns' EXIT
+timeout "$seconds" python3 benchmarks/reproduce.py "$suite" --data-root "$PWD/.devdata" \
+    --out ".devruns/${suite//-/_}_gpu" --set run.device=cuda --quiet "$@"
