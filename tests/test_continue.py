@@ -145,3 +145,25 @@ def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
         backbone = {scale: Path(suite.pretrain_at(scale)["path"].replace("{out}", str(out))).resolve()
                     for scale, out in (("small", small_out), ("long", long_out))}
         assert backbone["long"] == backbone["small"]
+
+
+class CutOffInRoundTwo(StopsOnce):
+    def train(self, round):
+        if round == 2:
+            raise KeyboardInterrupt
+        return super().train(round)
+
+
+def test_a_suite_cell_cut_off_before_its_first_checkpoint_runs_again_from_round_zero(tmp_path):
+    """A suite re-run finds the cell's metrics.csv but no checkpoint: it trains the cell afresh (it used to refuse,
+    asking for --resume, which the suite had already passed)."""
+    config = synthetic(method={"name": "fedper"}, run={"checkpoint_every": 10})
+    cell = tmp_path / "suite" / "col" / "fedper" / "seed1"
+    with pytest.raises(KeyboardInterrupt):
+        CutOffInRoundTwo(config, cell, progress=False).run()
+    assert (cell / "metrics.csv").exists() and not (cell / "checkpoint.pt").exists()
+    said = []
+    run_configs({cell: config}, resume=True, progress=False, log=said.append)
+    assert said == [f"{cell} was cut off before its first checkpoint; running it again from round 0"]
+    simulate(config, tmp_path / "straight", progress=False)
+    same_files(cell, tmp_path / "straight")

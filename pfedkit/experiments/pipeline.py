@@ -88,9 +88,11 @@ def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True
             continue
         if data_identity(cfg) != fed_key:
             fed, fed_key = build_federated(cfg), data_identity(cfg)
-        try:
-            summaries[run_dir] = run_experiment(cfg, run_dir, resume=resume and (run_dir / CHECKPOINT).exists(),
-                                                progress=progress, fed=fed)
+        if resume and not (run_dir / CHECKPOINT).exists() and (run_dir / "metrics.csv").exists():
+            log(f"{run_dir} was cut off before its first checkpoint; running it again from round 0")
+            (run_dir / CONTINUED).unlink(missing_ok=True)  # without the checkpoint it no longer carries anything on
+        try:  # resuming a folder without a checkpoint starts it afresh (its config was checked to be this one)
+            summaries[run_dir] = run_experiment(cfg, run_dir, resume=resume, progress=progress, fed=fed)
         except Diverged as err:  # one cell's divergence is its result; the other cells still run
             log(f"{run_dir}: {err}")
             summaries[run_dir] = {"diverged": err.record()}
