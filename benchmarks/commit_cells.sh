@@ -10,7 +10,9 @@ out=benchmarks/results/${suite//-/_}
 python3 benchmarks/reproduce.py "$suite" --scale "$scale" --table-only > /dev/null
 finished=$(find "$out" -name summary.json -printf '%h\n' | sort)
 [ -n "$finished" ] || { echo "no finished cell in $out yet"; exit 0; }
-git add $finished "$out"/table.md "$out"/table.csv $(find "$out" -maxdepth 1 -name 'curves_*.png')
-git diff --cached --quiet && { echo "nothing new in $out"; exit 0; }
-git commit -q -m "$suite${2:+ ($scale)}: finished cells $(echo "$finished" | sed "s|$out/||" | tr '\n' ' ')"
+paths="$finished $out/table.md $out/table.csv $(find "$out" -maxdepth 1 -name 'curves_*.png')"
+git add $paths
+git diff --cached --quiet -- $paths && { echo "nothing new in $out"; exit 0; }
+# only these paths: whatever else is staged while a suite runs in the background stays out of this commit
+git commit -q -m "$suite${2:+ ($scale)}: finished cells $(echo "$finished" | sed "s|$out/||" | tr '\n' ' ')" -- $paths
 echo "committed $(echo "$finished" | wc -l) finished cell(s) of $suite"
