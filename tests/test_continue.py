@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from pfedkit.engine.simulation import simulate
+from pfedkit.engine.simulation import Simulation, simulate
 from pfedkit.errors import PfedkitError
 from pfedkit.experiments.pipeline import CONTINUED, reuse_identical_runs, run_configs
 from pfedkit.experiments.reproduce import copied_lines
@@ -147,7 +147,8 @@ def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
         assert backbone["long"] == backbone["small"]
 
 
-class CutOffInRoundTwo(StopsOnce):
+class CutOffInRoundTwo(Simulation):
+    """A run stopped in round 2, before any checkpoint when checkpoint_every is above 2."""
     def train(self, round):
         if round == 2:
             raise KeyboardInterrupt
