@@ -19,7 +19,7 @@ def test_paper_table_averages_finished_seeds_and_marks_missing_cells(tmp_path):
     fake_run(tmp_path / "col" / "a" / "seed2", [0.1, 0.7, 0.6], 2)
     (tmp_path / "col" / "a" / "seed1").mkdir()  # started, never finished: not counted
     lines, rounds = paper_table(tmp_path, {"col": "Col"}, ["a", "b"], {"a": {"col": 65.0}}, last_k=2)
-    assert lines[0] == "| method | Col ours (best) | last | mean of last 2 | paper | best - paper |"
+    assert lines[0] == "| method | Col ours (best) | last | mean of last 2 rounds | paper | best - paper |"
     # three evaluations are too few to tell a flat curve from a rising one: "?"
     assert lines[2] == "| a | 60.00 ± 14.14 (n=2) ? | 50.00 ± 14.14 (n=2) | 55.00 ± 14.14 (n=2) | 65.00 | -5.00 |"
     assert lines[3] == "| b | not run | not run | not run | - | - |"
@@ -116,6 +116,23 @@ def test_one_seed_cannot_tell_a_gap_within_the_noise_of_its_last_evaluations(tmp
     assert near.startswith("- a above b: cannot tell on one seed (gap +1.00, within 2 standard errors of 2.89)")
     far = check_claims([{"text": "a above c", "column": "col", "rows": ["a", "c"]}], tmp_path, 4)[0]
     assert far == "- a above c: holds (a 85.00, c 70.00)"
+
+
+def test_rows_evaluated_at_different_intervals_are_compared_over_the_same_last_rounds(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    # an FT row evaluated every 5 rounds, still rising, beside a flat row evaluated every round; its last 10
+    # evaluations reach back to round 55, its last 10 rounds hold rounds 95 and 100 only
+    ft = tmp_path / "col" / "ft" / "seed0"
+    ft.mkdir(parents=True)
+    atomic_write_csv(ft / "metrics.csv", [{"round": r, "acc": 0.30 + 0.002 * r} for r in range(0, 101, 5)], ["round", "acc"])
+    (ft / "summary.json").write_text(json.dumps({"best_acc": 0.50, "last_acc": 0.50, "rounds": 100}))
+    fake_run(tmp_path / "col" / "flat" / "seed0", [0.48 + 0.001 * (r % 2) for r in range(101)], 100)
+    lines, _ = paper_table(tmp_path, {"col": "Col"}, ["flat", "ft"], {}, last_k=10)
+    assert lines[0].split(" | ")[3] == "mean of last 10 rounds"
+    assert lines[3].split(" | ")[3] == "49.50"  # rounds 95 and 100; the last 10 evaluations would give 45.50
+    line = check_claims([{"text": "flat above ft", "column": "col", "rows": ["flat", "ft"]}], tmp_path, 10)[0]
+    assert line.startswith("- flat above ft: does not hold (flat 48.05, ft 49.50)")
 
 
 def test_a_claim_compares_rows_only_on_the_seeds_all_of_them_finished(tmp_path):

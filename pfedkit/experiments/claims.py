@@ -1,4 +1,5 @@
-"""A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the last k evaluations).
+"""A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the evaluations in the last k rounds,
+the same stretch of training for a row evaluated every round and an FT row evaluated every 5).
 
 - "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them,
   only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled
@@ -17,12 +18,13 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from pfedkit.reports.tables import cell_trend, finished_runs, headline_curve, mean_of_last
+from pfedkit.reports.tables import cell_trend, finished_runs, headline_curve, last_evaluations, mean_of_last
 
 
 def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None) -> dict[str, float]:
-    """Seed folder name -> the mean accuracy (%) of the run's last k evaluations (at `point`, else the run's own)."""
-    return {d.name: 100 * mean_of_last(d, k, point) for d in finished_runs(out / column, row)}
+    """Seed folder name -> the mean accuracy (%) of the run's evaluations in its last k rounds (at `point`, else the
+    run's own)."""
+    return {d.name: 100 * mean_of_last(d, k, point, rounds=True) for d in finished_runs(out / column, row)}
 
 
 def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str], seed: str) -> float:
@@ -31,7 +33,7 @@ def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[s
     spreads = []
     for row in rows:
         run = next(d for d in finished_runs(out / column, row) if d.name == seed)
-        values = [100 * acc for _, acc in headline_curve(run, point)[-k:]]
+        values = [100 * acc for _, acc in last_evaluations(headline_curve(run, point), k, rounds=True)]
         spreads.append(statistics.variance(values) / len(values) if len(values) > 1 else 0.0)
     return math.sqrt(sum(spreads))
 

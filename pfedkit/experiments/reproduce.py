@@ -71,7 +71,7 @@ class Suite:
     pretrain: Optional[Mapping[str, Any]] = None  # a backbone to pretrain before the first cell (pretrain_backbone's arguments)
     claims: tuple[Mapping[str, Any], ...] = ()  # the paper's claims, checked on the finished runs (experiments.claims)
     threads: Optional[int] = None  # torch threads of the suite's own process (server-side training)
-    last_k: Optional[int] = None  # also show the mean of the last k evaluated rounds
+    last_k: Optional[int] = None  # also show (and judge claims on) the mean of the evaluations in the last k rounds
     cost_column: Optional[str] = None
     notes: str = ""
 
@@ -348,7 +348,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
                           "eval_point": summary.get("eval_point", "start"), "curve": cell_trend([run]),
                           "paper": suite.columns[c].paper.get(r, "")}
                 if suite.last_k:
-                    record[f"mean_last_{suite.last_k}"] = mean_of_last(run, suite.last_k)
+                    record[f"mean_last_{suite.last_k}"] = mean_of_last(run, suite.last_k, rounds=True)
                 record.update({k: summary[k] for k in ("best_acc_after", "last_acc_after") if k in summary})
                 records.append(record)
             if runs := finished_runs(out / c, r):

@@ -79,10 +79,19 @@ def window_means(curve: Sequence[tuple[int, float]], window: int) -> list[tuple[
             for b, points in sorted(blocks.items())]
 
 
-def mean_of_last(run_dir: Path, k: int, point: Optional[str] = None) -> float:
-    """Mean sample-weighted accuracy over the last k evaluated rounds (FedPAC's "final accuracy", methods.md 4.4), at
-    `point` or the run's own."""
-    return statistics.fmean(acc for _, acc in headline_curve(run_dir, point)[-k:])
+def last_evaluations(curve: Sequence[tuple[int, float]], k: int, *, rounds: bool = False) -> list[tuple[int, float]]:
+    """The last k evaluations of a (round, accuracy) curve, or with `rounds` those within its last k rounds: rows
+    evaluated at different intervals (an FT row every 5 rounds) are then compared over the same stretch of training."""
+    if not rounds:
+        return list(curve[-k:])
+    end = curve[-1][0]
+    return [(r, acc) for r, acc in curve if r > end - k]
+
+
+def mean_of_last(run_dir: Path, k: int, point: Optional[str] = None, *, rounds: bool = False) -> float:
+    """Mean sample-weighted accuracy over the last k evaluations, or with `rounds` over the evaluations of the last k
+    rounds (FedPAC's "final accuracy", methods.md 4.4; what suites report), at `point` or the run's own."""
+    return statistics.fmean(acc for _, acc in last_evaluations(headline_curve(run_dir, point), k, rounds=rounds))
 
 
 def mean_curve(runs: Sequence[Path], point: Optional[str] = None) -> list[dict[str, float]]:
@@ -138,7 +147,7 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
     number; and the set of round counts the finished runs used. A row outside a column's `column_rows` shows
     "n/a" there (not part of that column), where "not run" means a cell still to run."""
     both = any(summary_of(d).get("eval_point") == "both" for c in columns for m in rows for d in finished_runs(out / c, m))
-    per_column = (["ours (best)", "last"] + ([f"mean of last {last_k}"] if last_k else [])
+    per_column = (["ours (best)", "last"] + ([f"mean of last {last_k} rounds"] if last_k else [])
                   + (["after local: best", "last"] if both else []) + ["paper", "best - paper"])
     header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
                                         for c in columns for i, h in enumerate(per_column)) + " |"
@@ -162,7 +171,7 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
                 cells += [cell([100 * s["best_acc"] for s in summaries]) + trend,
                           cell([100 * s["last_acc"] for s in summaries])]
                 if last_k:
-                    cells.append(cell([100 * mean_of_last(d, last_k) for d in runs]))
+                    cells.append(cell([100 * mean_of_last(d, last_k, rounds=True) for d in runs]))
                 if both:  # the after-local point of the runs that measured it
                     cells += [cell([100 * s["best_acc_after"] for s in summaries if "best_acc_after" in s]),
                               cell([100 * s["last_acc_after"] for s in summaries if "last_acc_after" in s])]
