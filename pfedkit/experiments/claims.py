@@ -1,5 +1,5 @@
-"""A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the evaluations in the last k rounds,
-the same stretch of training for a row evaluated every round and an FT row evaluated every 5).
+"""A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the evaluations in
+the last k rounds: the same stretch of training for a row evaluated every round and an FT row evaluated every 5).
 
 - "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them,
   only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled
