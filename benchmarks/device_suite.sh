@@ -2,8 +2,8 @@
 # Run a suite on the lent GPU machine so that its run folders come back and a later call resumes them.
 # The device tool returns only files at most two folders under $OUT, so the runs live in .devruns/ (ignored, carried)
 # and are packed into $OUT/devruns.tgz on exit, also when SECONDS runs out. Checkpoints stay behind (one FedAFK cell's
-# is about 70 MB, over the 16 MiB a returned file may have): a cell finishes inside one call, or inside one warm lease
-# when later calls leave .devruns out of carry (the device keeps ignored folders between calls, checkpoints included).
+# is about 70 MB, over the 16 MiB a returned file may have), so a cell must finish inside one call: a second call on
+# the same warm machine started unfinished cells from round 0 (2026-11-26, H100, .devruns left out of carry).
 # On the device, with carry [".devwheels", ".devdata", ".devruns"]:
 #   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
 # Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root; then commit the finished cells)

@@ -82,6 +82,10 @@ def test_after_local_runs_are_read_at_their_own_point(tmp_path):
     assert run_facts([folder]) == [
         "Evaluated right after each trained client's local update (FedPAC's released code, FL-bench).",
         "Data: CIFAR-10, JPEG copy (sha256 0bfcb68717a0…)."]
+    (folder / "config.toml").write_text('[run]\ndevice = "cpu"\n')
+    assert len(run_facts([folder])) == 2  # the CPU, every run's default, goes unsaid
+    (folder / "config.toml").write_text('[run]\ndevice = "cuda"\n')
+    assert run_facts([folder])[-1] == "Ran on: cuda (run.device)."
 
 
 def both_points_run(folder, start, after):

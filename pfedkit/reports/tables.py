@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from pfedkit.config import EvalSection, tomllib
+from pfedkit.config import EvalSection, read_toml, tomllib
 from pfedkit.io import read_csv
 from pfedkit.records import accuracy_column
 
@@ -137,6 +137,10 @@ def run_facts(runs: Sequence[Path]) -> list[str]:
              for p in points] if summaries else []
     if origins:
         lines.append(f"Data: {'; '.join(origins)}.")
+    devices = sorted({read_toml(run / "config.toml").get("run", {}).get("device", "cpu")
+                      for run in runs if (run / "config.toml").is_file()})
+    if devices not in ([], ["cpu"]):  # a GPU rounds differently: its cells are not the bit-identical twins of CPU ones
+        lines.append(f"Ran on: {', '.join(devices)} (run.device).")
     return lines
 
 
