@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run a suite on the lent GPU machine so that its run folders come back and a later call resumes them.
+# Run a suite on the lent GPU machine so that its finished run folders come back. .devdata holds copies of the data
+# folders: CIFAR-10's JPEG copy (19 MB) fits the 64 MiB a call carries; CIFAR-100's PNG archive (161 MB) does not.
 # The device tool returns only files at most two folders under $OUT, so the runs live in .devruns/ (ignored, carried)
 # and are packed into $OUT/devruns.tgz on exit, also when SECONDS runs out. Checkpoints stay behind (one FedAFK cell's
 # is about 70 MB, over the 16 MiB a returned file may have), so a cell must finish inside one call: a second call on
