@@ -7,15 +7,35 @@
 # the same warm machine started unfinished cells from round 0 (2026-11-26, H100, .devruns left out of carry).
 # On the device, with carry [".devwheels", ".devdata", ".devruns"]:
 #   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
+#   ROWS_AT_ONCE=a,b,c bash benchmarks/device_suite.sh ...   one process per row, all at once: batch-64 FedAvgCNN
+#       leaves most of a GPU idle (six rows at once ran 3.2-3.6 s a round each on an H100, NOTES.md of
+#       benchmarks/results/pgfedsplit_cifar_gpu/); each row's log is packed beside the runs, in .devruns/logs/
 # Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root; then commit the finished cells)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=$1; suite=$2; shift 2
-mkdir -p /tmp/pylib .devruns
+mkdir -p /tmp/pylib .devruns/logs
 tag=cp$(python3 -c 'import sys; print("%d%d" % sys.version_info[:2])')
 python3 -m pip install -q --no-deps --no-index --target /tmp/pylib .devwheels/*-py3-none-any.whl \
     .devwheels/pydantic_core-*"$tag"*.whl > /dev/null 2>&1 || { echo "installing .devwheels failed"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/pylib PYTHONUNBUFFERED=1
+# decoded once here, not once per row at the same time
+python3 -c "from pathlib import Path; from pfedkit.data import archives
+for name in archives.ARCHIVES:
+    if archives.archive_path(name, Path('.devdata')).is_file(): archives.load_archive(name, Path('.devdata'))"
 trap 'tar czf "$OUT/devruns.tgz" --exclude=checkpoint.pt --exclude=.pfedkit.lock .devruns' EXIT
-timeout "$seconds" python3 benchmarks/reproduce.py "$suite" --data-root "$PWD/.devdata" \
-    --out ".devruns/${suite//-/_}_gpu" --set run.device=cuda --quiet "$@"
+run() {
+    timeout "$seconds" python3 benchmarks/reproduce.py "$suite" --data-root "$PWD/.devdata" \
+        --out ".devruns/${suite//-/_}_gpu" --set run.device=cuda --quiet "$@"
+}
+if [ -z "${ROWS_AT_ONCE:-}" ]; then
+    run "$@"
+    exit
+fi
+rows=(${ROWS_AT_ONCE//,/ })
+export OMP_NUM_THREADS=$(( $(nproc) / ${#rows[@]} > 0 ? $(nproc) / ${#rows[@]} : 1 ))  # the cores shared out
+for row in "${rows[@]}"; do
+    run --rows "$row" "$@" > ".devruns/logs/$row.log" 2>&1 &
+done
+wait
+tail -n 3 .devruns/logs/*.log
