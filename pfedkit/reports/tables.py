@@ -139,7 +139,7 @@ def run_facts(runs: Sequence[Path]) -> list[str]:
         lines.append(f"Data: {'; '.join(origins)}.")
     devices = sorted({read_toml(run / "config.toml").get("run", {}).get("device", "cpu")
                       for run in runs if (run / "config.toml").is_file()})
-    if devices not in ([], ["cpu"]):  # a GPU rounds differently: its cells are not the bit-identical twins of CPU ones
+    if any(device != "cpu" for device in devices):  # a GPU rounds differently from a CPU
         lines.append(f"Ran on: {', '.join(devices)} (run.device).")
     return lines
 
