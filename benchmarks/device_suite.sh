@@ -4,7 +4,8 @@
 # The device tool returns only files at most two folders under $OUT, so the runs live in .devruns/ (ignored, carried)
 # and are packed into $OUT/devruns.tgz on exit, also when SECONDS runs out. Checkpoints stay behind (one FedAFK cell's
 # is about 70 MB, over the 16 MiB a returned file may have), so a cell must finish inside one call: a second call on
-# the same warm machine started unfinished cells from round 0 (2026-11-26, H100, .devruns left out of carry).
+# the same warm machine started unfinished cells from round 0 (2026-11-26 H100 and 2026-11-27 H200, .devruns left out
+# of carry both times: the device's run folders had been emptied).
 # On the device, with carry [".devwheels", ".devdata", ".devruns"]:
 #   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
 #   ROWS_AT_ONCE=a,b,c bash benchmarks/device_suite.sh ...   one process per row, all at once: batch-64 FedAvgCNN
