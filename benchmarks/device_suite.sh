@@ -8,18 +8,24 @@
 # of carry both times: the device's run folders had been emptied).
 # On the device, with carry [".devwheels", ".devdata", ".devruns"]:
 #   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
+#   bash benchmarks/device_suite.sh gpu-tests [SECONDS SUITE ...]   python3 -m pytest -m gpu first (the wheels installed)
 #   ROWS_AT_ONCE=a,b,c bash benchmarks/device_suite.sh ...   one process per row, all at once: batch-64 FedAvgCNN
 #       leaves most of a GPU idle (six rows at once ran 3.2-3.6 s a round each on an H100, NOTES.md of
 #       benchmarks/results/pgfedsplit_cifar_gpu/); each row's log is packed beside the runs, in .devruns/logs/
 # Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root; then commit the finished cells)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-seconds=$1; suite=$2; shift 2
 mkdir -p /tmp/pylib .devruns/logs
 tag=cp$(python3 -c 'import sys; print("%d%d" % sys.version_info[:2])')
 python3 -m pip install -q --no-deps --no-index --target /tmp/pylib .devwheels/*-py3-none-any.whl \
     .devwheels/pydantic_core-*"$tag"*.whl > /dev/null 2>&1 || { echo "installing .devwheels failed"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/pylib PYTHONUNBUFFERED=1
+if [ "${1:-}" = gpu-tests ]; then  # the device has torch but not our other dependencies: pytest alone fails to collect
+    python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -n 3
+    shift
+    [ $# -gt 0 ] || exit 0
+fi
+seconds=$1; suite=$2; shift 2
 # decoded once here, not once per row at the same time
 python3 -c "from pathlib import Path; from pfedkit.data import archives
 for name in archives.ARCHIVES:
