@@ -22,8 +22,9 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/pylib .devwheels/*-
 export PYTHONPATH=$PWD:/tmp/pylib PYTHONUNBUFFERED=1
 if [ "${1:-}" = gpu-tests ]; then  # the device has torch but not our other dependencies: pytest alone fails to collect
     python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -n 3
+    tests_status=${PIPESTATUS[0]}
     shift
-    [ $# -gt 0 ] || exit 0
+    [ $# -gt 0 ] || exit "$tests_status"  # alone, the call's exit status is the tests'
 fi
 seconds=$1; suite=$2; shift 2
 # decoded once here, not once per row at the same time
