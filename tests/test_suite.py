@@ -104,10 +104,20 @@ def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
     both_points_run(tmp_path / "col" / "b" / "seed0", [0.4, 0.5], [0.9, 0.9])  # b leads after local training
     lines, _ = paper_table(tmp_path, {"col": "Col"}, ["a", "b"], {})
     assert lines[0] == "| method | Col ours (best) | last | after local: best | last | paper | best - paper |"
-    assert lines[2] == "| a | 60.00 ? | 60.00 | 80.00 | 70.00 | - | - |"
+    assert lines[2] == "| a | 60.00 ? | 60.00 | 80.00 ? | 70.00 | - | - |"
     claim = {"text": "a above b", "column": "col", "rows": ["a", "b"]}
     assert check_claims([claim], tmp_path, 1) == ["- a above b: holds (a 60.00, b 50.00)"]
     assert check_claims([{**claim, "point": "after-local"}], tmp_path, 1) == ["- a above b: does not hold (a 70.00, b 90.00)"]
+
+
+def test_a_paper_read_after_local_training_is_compared_there_with_the_mean_of_the_last_rounds(tmp_path):
+    both_points_run(tmp_path / "col" / "a" / "seed0", [0.5, 0.6, 0.6], [0.8, 0.7, 0.9])
+    lines, _ = paper_table(tmp_path, {"col": "Col"}, ["a"], {"a": {"col": 75.0}}, last_k=2, paper_point="after-local")
+    assert lines[0] == ("| method | Col ours (best) | last | mean of last 2 rounds | after local: best | last "
+                        "| mean of last 2 rounds | paper | after local: best - paper |")
+    assert lines[2] == "| a | 60.00 ? | 60.00 | 60.00 | 90.00 ? | 90.00 | 80.00 | 75.00 | +15.00 |"
+    start_gap, _ = paper_table(tmp_path, {"col": "Col"}, ["a"], {"a": {"col": 75.0}}, last_k=2)
+    assert start_gap[2].endswith("| 75.00 | -15.00 |")  # without paper_point the gap is the start point's
 
 
 def test_one_seed_cannot_tell_a_gap_within_the_noise_of_its_last_evaluations(tmp_path):

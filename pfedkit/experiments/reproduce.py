@@ -74,6 +74,7 @@ class Suite:
     last_k: Optional[int] = None  # also show (and judge claims on) the mean of the evaluations in the last k rounds
     cost_column: Optional[str] = None
     notes: str = ""
+    paper_point: Optional[str] = None  # the evaluation point the paper's numbers are read at, for runs measured at both
 
     def method_of(self, row: str) -> str:
         """The registered method a row runs: the row itself, or the one its row_changes name (a variant row,
@@ -314,7 +315,8 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
     labels = {c: col.label for c, col in suite.columns.items()}
     paper = {r: {c: col.paper[r] for c, col in suite.columns.items() if r in col.paper} for r in suite.rows}
     lines, rounds = paper_table(out, labels, suite.rows, paper, last_k=suite.last_k,
-                                column_rows={c: col.rows for c, col in suite.columns.items()})
+                                column_rows={c: col.rows for c, col in suite.columns.items()},
+                                paper_point=suite.paper_point)
     lines = [f"# {suite.paper}", "", *lines, "",
              f"Rounds run: {sorted(rounds) or 'none yet'}. Accuracy in %; mean ± sample std over the seeds that finished "
              f"(n); best = the best evaluated round, last = the final round"

@@ -145,14 +145,18 @@ def run_facts(runs: Sequence[Path]) -> list[str]:
 
 
 def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], paper: Mapping[str, Mapping[str, float]],
-                *, last_k: Optional[int] = None, column_rows: Optional[Mapping[str, Optional[Sequence[str]]]] = None
-                ) -> tuple[list[str], set[int]]:
+                *, last_k: Optional[int] = None, column_rows: Optional[Mapping[str, Optional[Sequence[str]]]] = None,
+                paper_point: Optional[str] = None) -> tuple[list[str], set[int]]:
     """Markdown lines: per column ours (best, last, and the mean of the last k rounds if asked) beside the paper's
     number; and the set of round counts the finished runs used. A row outside a column's `column_rows` shows
-    "n/a" there (not part of that column), where "not run" means a cell still to run."""
+    "n/a" there (not part of that column), where "not run" means a cell still to run. Runs measured at both points
+    show the after-local point's columns too; `paper_point` "after-local" takes the gap to the paper there."""
     both = any(summary_of(d).get("eval_point") == "both" for c in columns for m in rows for d in finished_runs(out / c, m))
-    per_column = (["ours (best)", "last"] + ([f"mean of last {last_k} rounds"] if last_k else [])
-                  + (["after local: best", "last"] if both else []) + ["paper", "best - paper"])
+    after_gap = both and paper_point == "after-local"
+    last_k_label = [f"mean of last {last_k} rounds"] if last_k else []
+    per_column = (["ours (best)", "last"] + last_k_label
+                  + (["after local: best", "last"] + last_k_label if both else [])
+                  + ["paper", "after local: best - paper" if after_gap else "best - paper"])
     header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
                                         for c in columns for i, h in enumerate(per_column)) + " |"
     lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
@@ -169,7 +173,7 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             summaries = [summary_of(d) for d in runs]
             row_rounds[method].update(s["rounds"] for s in summaries)
             if not runs and (diverged := diverged_rounds(out / col, method)):
-                cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k) + 2 * both)
+                cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k)) * (1 + both)
             else:
                 trend = TREND_MARKS[cell_trend(runs)] if runs else ""
                 cells += [cell([100 * s["best_acc"] for s in summaries]) + trend,
@@ -177,11 +181,16 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
                 if last_k:
                     cells.append(cell([100 * mean_of_last(d, last_k, rounds=True) for d in runs]))
                 if both:  # the after-local point of the runs that measured it
-                    cells += [cell([100 * s["best_acc_after"] for s in summaries if "best_acc_after" in s]),
-                              cell([100 * s["last_acc_after"] for s in summaries if "last_acc_after" in s])]
+                    measured = [(d, s) for d, s in zip(runs, summaries) if "best_acc_after" in s]
+                    after_trend = TREND_MARKS[cell_trend([d for d, _ in measured], "after-local")] if measured else ""
+                    cells += [cell([100 * s["best_acc_after"] for _, s in measured]) + after_trend,
+                              cell([100 * s["last_acc_after"] for _, s in measured])]
+                    if last_k:
+                        cells.append(cell([100 * mean_of_last(d, last_k, "after-local", rounds=True) for d, _ in measured]))
             number = paper.get(method, {}).get(col)
             cells.append("-" if number is None else f"{number:.2f}")
-            best = [100 * s["best_acc"] for s in summaries]
+            best = [100 * s["best_acc_after" if after_gap else "best_acc"] for s in summaries
+                    if not after_gap or "best_acc_after" in s]
             cells.append("-" if number is None or not best else f"{statistics.fmean(best) - number:+.2f}")
     rounds = set().union(*row_rounds.values())
     for method in rows:
