@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Sequence
 
 from pfedkit.config import EvalSection, read_toml, tomllib
 from pfedkit.io import read_csv
-from pfedkit.records import accuracy_column
+from pfedkit.records import AFTER, accuracy_column
 
 # A cell's curve (the mean over its seeds) is "rising" when the mean of its last fifth of evaluations is above the
 # mean of the fifth before by more than RISE_POINTS, or, where those fifths' centres are under PER_ROUNDS rounds apart,
@@ -144,6 +144,19 @@ def run_facts(runs: Sequence[Path]) -> list[str]:
     return lines
 
 
+def point_cells(runs: Sequence[Path], summaries: Sequence[dict], last_k: Optional[int],
+                point: Optional[str] = None) -> list[str]:
+    """One evaluation point's cells of a table cell: best (with its trend mark), last, and the mean of the last k
+    rounds if asked; at `point` ("after-local": the summaries' keys ending in _after), else each run's own."""
+    suffix = AFTER if point == "after-local" else ""
+    trend = TREND_MARKS[cell_trend(runs, point)] if runs else ""
+    cells = [cell([100 * s["best_acc" + suffix] for s in summaries]) + trend,
+             cell([100 * s["last_acc" + suffix] for s in summaries])]
+    if last_k:
+        cells.append(cell([100 * mean_of_last(d, last_k, point, rounds=True) for d in runs]))
+    return cells
+
+
 def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], paper: Mapping[str, Mapping[str, float]],
                 *, last_k: Optional[int] = None, column_rows: Optional[Mapping[str, Optional[Sequence[str]]]] = None,
                 paper_point: Optional[str] = None) -> tuple[list[str], set[int]]:
@@ -175,22 +188,14 @@ def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], pape
             if not runs and (diverged := diverged_rounds(out / col, method)):
                 cells += [f"diverged (round {min(diverged)})"] * (2 + bool(last_k)) * (1 + both)
             else:
-                trend = TREND_MARKS[cell_trend(runs)] if runs else ""
-                cells += [cell([100 * s["best_acc"] for s in summaries]) + trend,
-                          cell([100 * s["last_acc"] for s in summaries])]
-                if last_k:
-                    cells.append(cell([100 * mean_of_last(d, last_k, rounds=True) for d in runs]))
+                cells += point_cells(runs, summaries, last_k)
                 if both:  # the after-local point of the runs that measured it
-                    measured = [(d, s) for d, s in zip(runs, summaries) if "best_acc_after" in s]
-                    after_trend = TREND_MARKS[cell_trend([d for d, _ in measured], "after-local")] if measured else ""
-                    cells += [cell([100 * s["best_acc_after"] for _, s in measured]) + after_trend,
-                              cell([100 * s["last_acc_after"] for _, s in measured])]
-                    if last_k:
-                        cells.append(cell([100 * mean_of_last(d, last_k, "after-local", rounds=True) for d, _ in measured]))
+                    measured = [(d, s) for d, s in zip(runs, summaries) if "best_acc" + AFTER in s]
+                    cells += point_cells([d for d, _ in measured], [s for _, s in measured], last_k, "after-local")
             number = paper.get(method, {}).get(col)
             cells.append("-" if number is None else f"{number:.2f}")
-            best = [100 * s["best_acc_after" if after_gap else "best_acc"] for s in summaries
-                    if not after_gap or "best_acc_after" in s]
+            gap_key = "best_acc" + (AFTER if after_gap else "")
+            best = [100 * s[gap_key] for s in summaries if gap_key in s]
             cells.append("-" if number is None or not best else f"{statistics.fmean(best) - number:+.2f}")
     rounds = set().union(*row_rounds.values())
     for method in rows:
