@@ -38,8 +38,10 @@ def alive(pid: int) -> bool:
 
 
 def pfedkit(*args: str, cwd: Path = REPO) -> subprocess.Popen:
+    # one torch thread: on a busy machine a tiny model's two spinning threads stalled a 40-round run for minutes
     return subprocess.Popen([sys.executable, "-m", "pfedkit", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def wait_for(predicate, seconds: float = 60.0) -> None:
