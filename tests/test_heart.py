@@ -408,3 +408,21 @@ def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretr
     bad.write_text(without.replace("[scales.small]", "[scales.small]\npretrain = {epochs = 3}"))
     with pytest.raises(ConfigError, match=r"\[scales.small\]: a scale's pretrain changes the suite's \[pretrain\]"):
         suite_from_toml(bad)
+
+
+def test_a_backbone_another_scale_made_is_reused_before_this_scale_s_folder_exists(tmp_path, monkeypatch):
+    """The long scale names the small scale's backbone as "{out}/../heart_cifar100/...": found while {out} does not
+    exist yet (the OS cannot walk "missing/.."), it must be reused, not trained again over the committed file."""
+    from pfedkit.experiments.reproduce import pretrain_once
+
+    shared = tmp_path / "heart_cifar100" / "backbone_cifar10.pt"
+    shared.parent.mkdir()
+    shared.write_bytes(b"the committed backbone")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("pretrained again although the backbone exists")
+
+    monkeypatch.setattr("pfedkit.experiments.pretrain.pretrain_backbone", no_training)
+    spec = {"dataset": "cifar10", "model": "small-resnet-adapter", "path": "{out}/../heart_cifar100/backbone_cifar10.pt"}
+    pretrain_once(spec, tmp_path / "heart_cifar100_long", None, log=lambda line: None)
+    assert shared.read_bytes() == b"the committed backbone"

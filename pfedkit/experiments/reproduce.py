@@ -9,6 +9,7 @@ The suites themselves are data: one TOML file per paper table in `pfedkit/experi
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -135,11 +136,12 @@ OUT = "{out}/"  # a string value starting so names a file in the suite's output 
 
 
 def with_out(value: Any, out: Path) -> Any:
-    """`value` with every "{out}/NAME" string made the path of NAME in the suite's output folder."""
+    """`value` with every "{out}/NAME" string made the path of NAME in the suite's output folder. ".." is resolved
+    by name: the OS cannot resolve "{out}/../x" while the folder {out} does not exist yet."""
     if isinstance(value, dict):
         return {k: with_out(v, out) for k, v in value.items()}
     if isinstance(value, str) and value.startswith(OUT):
-        return str(out / value[len(OUT):])
+        return os.path.normpath(out / value[len(OUT):])
     return value
 
 
