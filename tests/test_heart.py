@@ -267,6 +267,26 @@ def test_client_round_changes_only_adapters_batchnorms_and_head_and_leaves_the_b
     assert not any(torch.equal(reply[k], after[k]) for k in ("head.weight", "body.layer4.0.adapter2.conv.weight"))
 
 
+@pytest.mark.parametrize("frozen_backbone", [True, False])
+def test_a_frozen_backbone_lets_a_full_model_method_train_only_what_the_adapter_methods_train(frozen_backbone):
+    """The control that separates freezing the backbone from the adapter methods' algorithms: FedPer on
+    `frozen_backbone = true` changes adapters, bn1/bn2 and the head and leaves every other weight bit-identical."""
+    from pfedkit.methods import METHODS
+
+    cls = METHODS["fedper"]
+    ctx = MethodContext(lambda: small(frozen_backbone=frozen_backbone), TrainSettings(1, 8, 0.05), 3, 0)
+    method = cls(cls.validate_params({}), ctx)
+    initial = method.initial_state()
+    reply, personal = method.local_update(method.init_server(), method.init_client(0, None), image_data(), 0)
+    after = {**reply, **personal}
+    trainable = set(trainable_names(method.working_model("main")))
+    changed = {n for n, _ in method.working_model("main").named_parameters() if not torch.equal(after[n], initial[n])}
+    assert {"head.weight", "body.layer1.0.adapter1.conv.weight", "body.layer3.0.bn2.weight"} <= changed
+    assert (changed <= trainable) is frozen_backbone  # without the option FedPer moves the convolutions too
+    with pytest.raises(ConfigError, match="frozen_backbone"):
+        small(frozen_backbone="yes")
+
+
 def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_split(monkeypatch):
     method = heart(params={"kd_steps": 2, "kd_batch": 8, "pgd_steps": 2}, server=server_data())
     average = method.init_server()

@@ -16,11 +16,12 @@ _MODELS: dict[str, tuple[Callable[..., SplitModel], dict[str, object]]] = {
     "mlp": (cnn.mlp, {"hidden": 128}),
     "smallcnn": (cnn.smallcnn, {}),
     "resnet18-adapter": (adapters.resnet18_adapter, {"stem": "imagenet", "adapters": True, "dropout": 0.3,
-                                                     "pretrained": "", "pretrained_bn_stats": False}),
+                                                     "pretrained": "", "pretrained_bn_stats": False,
+                                                     "frozen_backbone": False}),
     "small-resnet-adapter": (adapters.small_resnet_adapter, {"widths": (8, 16, 32, 64), "blocks": 1, "stem_stride": 2,
                                                              "adapters": True,
                                                              "dropout": 0.3, "pretrained": "",
-                                                             "pretrained_bn_stats": False}),
+                                                             "pretrained_bn_stats": False, "frozen_backbone": False}),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)

@@ -142,7 +142,7 @@ def backbone_state(model: SplitModel) -> dict[str, torch.Tensor]:
 
 def _resnet(input_shape: tuple[int, int, int], num_classes: int, widths: Sequence[int], blocks: int, stem: str,
             adapters: bool, dropout: float, pretrained: str, pretrained_bn_stats: bool,
-            stem_stride: int = 1) -> StagedResNet:
+            stem_stride: int = 1, frozen_backbone: bool = False) -> StagedResNet:
     channels = input_shape[0]
     if stem == "imagenet":
         first = OrderedDict(conv1=nn.Conv2d(channels, widths[0], 7, stride=2, padding=3, bias=False),
@@ -170,37 +170,45 @@ def _resnet(input_shape: tuple[int, int, int], num_classes: int, widths: Sequenc
     model = StagedResNet(body, nn.Linear(widths[-1], num_classes), feature_dim=widths[-1])
     if pretrained:
         load_backbone(model, pretrained, pretrained_bn_stats)
+    if frozen_backbone:  # any method then trains what the adapter methods train (the frozen-backbone control)
+        for name, param in model.named_parameters():
+            param.requires_grad_(is_trainable(name))
     return model
 
 
-def _check(name: str, dropout: float, pretrained: str, adapters: bool, stem: Optional[str] = None) -> None:
+def _check(name: str, dropout: float, pretrained: str, adapters: bool, stem: Optional[str] = None,
+           frozen_backbone: bool = False) -> None:
     if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise ConfigError(f"model {name!r}: `dropout` must be in [0, 1), got {dropout!r}")
     if not isinstance(pretrained, str):
         raise ConfigError(f"model {name!r}: `pretrained` must be a file path string (\"\" for none), got {pretrained!r}")
     if not isinstance(adapters, bool):
         raise ConfigError(f"model {name!r}: `adapters` must be true or false, got {adapters!r}")
+    if not isinstance(frozen_backbone, bool):
+        raise ConfigError(f"model {name!r}: `frozen_backbone` must be true or false, got {frozen_backbone!r}")
     if stem is not None and stem not in STEMS:
         raise ConfigError(f"model {name!r}: `stem` must be one of {', '.join(STEMS)}, got {stem!r}")
 
 
 def resnet18_adapter(input_shape: tuple[int, int, int], num_classes: int, stem: str = "imagenet",
                      adapters: bool = True, dropout: float = 0.3, pretrained: str = "",
-                     pretrained_bn_stats: bool = False) -> StagedResNet:
+                     pretrained_bn_stats: bool = False, frozen_backbone: bool = False) -> StagedResNet:
     """ResNet-18 (64/128/256/512, two blocks a stage) with 16 adapters; `adapters = false` gives the plain
-    (optionally pretrained) ResNet-18 that full-model baselines fine-tune."""
-    _check("resnet18-adapter", dropout, pretrained, adapters, stem)
+    (optionally pretrained) ResNet-18 that full-model baselines fine-tune; `frozen_backbone = true` leaves only the
+    adapters, bn1/bn2 and the head trainable for any method (HEART-PFL and PerAda freeze the rest themselves)."""
+    _check("resnet18-adapter", dropout, pretrained, adapters, stem, frozen_backbone)
     return _resnet(input_shape, num_classes, (64, 128, 256, 512), 2, stem, adapters, dropout, pretrained,
-                   pretrained_bn_stats)
+                   pretrained_bn_stats, frozen_backbone=frozen_backbone)
 
 
 def small_resnet_adapter(input_shape: tuple[int, int, int], num_classes: int, widths: Iterable[int] = (8, 16, 32, 64),
                          blocks: int = 1, stem_stride: int = 2, adapters: bool = True, dropout: float = 0.3,
-                         pretrained: str = "", pretrained_bn_stats: bool = False) -> StagedResNet:
+                         pretrained: str = "", pretrained_bn_stats: bool = False,
+                         frozen_backbone: bool = False) -> StagedResNet:
     """A narrow ResNet of the same adapter design for 28x28 inputs: a 3x3 stem (stride 2 by default: half the
     time of stride 1 on a CPU), one stage per width (stride 2 after the first), `blocks` basic blocks a stage.
-    Our stand-in for ResNet-18 in CPU-sized runs."""
-    _check("small-resnet-adapter", dropout, pretrained, adapters)
+    Our stand-in for ResNet-18 in CPU-sized runs; `frozen_backbone` as for resnet18-adapter."""
+    _check("small-resnet-adapter", dropout, pretrained, adapters, frozen_backbone=frozen_backbone)
     widths = tuple(widths) if isinstance(widths, (list, tuple)) else ()
     if not 2 <= len(widths) <= 4 or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
         raise ConfigError(f"model 'small-resnet-adapter': `widths` must be 2 to 4 positive integers, got {widths!r}")
@@ -209,4 +217,4 @@ def small_resnet_adapter(input_shape: tuple[int, int, int], num_classes: int, wi
     if stem_stride not in (1, 2) or isinstance(stem_stride, bool):
         raise ConfigError(f"model 'small-resnet-adapter': `stem_stride` must be 1 or 2, got {stem_stride!r}")
     return _resnet(input_shape, num_classes, widths, blocks, "cifar", adapters, dropout, pretrained, pretrained_bn_stats,
-                   stem_stride)
+                   stem_stride, frozen_backbone)
