@@ -132,6 +132,21 @@ def test_one_seed_cannot_tell_a_gap_within_the_noise_of_its_last_evaluations(tmp
     assert far == "- a above c: holds (a 85.00, c 70.00)"
 
 
+def test_the_same_sign_on_two_seeds_cannot_tell_a_mean_gap_within_the_noise(tmp_path):
+    from pfedkit.experiments.claims import check_claims
+
+    for seed in (0, 1):  # a leads b by 1 point on each seed, but a's last 4 evaluations swing by 10
+        fake_run(tmp_path / "col" / "a" / f"seed{seed}", [0.80, 0.90, 0.80, 0.90], 3)
+        fake_run(tmp_path / "col" / "b" / f"seed{seed}", [0.84] * 4, 3)
+        fake_run(tmp_path / "col" / "c" / f"seed{seed}", [0.70] * 4, 3)
+    near = check_claims([{"text": "a above b", "column": "col", "rows": ["a", "b"]}], tmp_path, 4)[0]
+    # each seed's standard error is 2.89, the mean gap's sqrt(2 * 2.89^2) / 2 = 2.04
+    assert near.startswith("- a above b: cannot tell on 2 seeds (mean gap +1.00, within 2 standard errors of 2.04; "
+                           "per seed +1.00, +1.00)")
+    far = check_claims([{"text": "a above c", "column": "col", "rows": ["a", "c"]}], tmp_path, 4)[0]
+    assert far == "- a above c: holds on each of 2 seeds (a 85.00, c 70.00)"
+
+
 def test_rows_evaluated_at_different_intervals_are_compared_over_the_same_last_rounds(tmp_path):
     from pfedkit.experiments.claims import check_claims
 

@@ -3,8 +3,9 @@ the last k rounds: the same stretch of training for a row evaluated every round 
 
 - "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them,
   only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled
-  clients for every row), and a claim that holds on some seeds and not on others is reported as mixed; with one seed,
-  a gap within two standard errors of the last-k means (from the spread of those k evaluations) is "cannot tell".
+  clients for every row), and a claim that holds on some seeds and not on others is reported as mixed. A gap (on one
+  seed, or the mean gap over several) within two standard errors of the last-k means (from the spread of those k
+  evaluations on each seed) is "cannot tell": the same sign on two seeds does not settle a gap inside the noise.
   Rows not run yet are left out of the judgement and named (a suite whose rows were cut still judges the rest).
 - "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
 - "margin": `row` ahead of each row in `over` by at least `at_least` points in `column` (a paper's "by N points").
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.reports.tables import cell_trend, finished_runs, headline_curve, last_evaluations, mean_of_last
 
@@ -48,16 +49,34 @@ def provisional(rising: Sequence[str]) -> str:
     return f"; provisional, still rising: {', '.join(rising)}" if rising else ""
 
 
-def verdict(first: Mapping[str, float], other: Mapping[str, float], error: float = 0.0) -> str:
-    wins = [first[s] > other[s] for s in first if s in other]
-    if len(wins) < 2:  # one shared seed at most: compare the means, unless the gap is within two standard errors
+def verdict(first: Mapping[str, float], other: Mapping[str, float], errors: Optional[Mapping[str, float]] = None) -> str:
+    """Holds, does not hold, mixed or cannot tell, from the per-seed last-k means of two rows and the per-seed standard
+    errors of their difference (`noise`)."""
+    errors = errors or {}
+    seeds = [s for s in first if s in other]
+    if len(seeds) < 2:  # one shared seed at most: compare the means, unless the gap is within two standard errors
         gap = statistics.fmean(first.values()) - statistics.fmean(other.values())
+        error = errors.get(seeds[0], 0.0) if seeds else 0.0
         if abs(gap) < 2 * error:
             return f"cannot tell on one seed (gap {gap:+.2f}, within 2 standard errors of {error:.2f})"
         return "holds" if gap > 0 else "does not hold"
+    gaps = [first[s] - other[s] for s in seeds]
+    mean_gap = statistics.fmean(gaps)
+    error = math.sqrt(sum(errors.get(s, 0.0) ** 2 for s in seeds)) / len(seeds)  # of the mean gap
+    if abs(mean_gap) < 2 * error:
+        each = ", ".join(f"{g:+.2f}" for g in gaps)
+        return (f"cannot tell on {len(seeds)} seeds (mean gap {mean_gap:+.2f}, within 2 standard errors of {error:.2f}; "
+                f"per seed {each})")
+    wins = [g > 0 for g in gaps]
     if all(wins) or not any(wins):
         return f"{'holds' if wins[0] else 'does not hold'} on each of {len(wins)} seeds"
     return f"mixed: holds on {sum(wins)} of {len(wins)} seeds"
+
+
+def seed_noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str],
+               seeds: Sequence[str]) -> dict[str, float]:
+    """Seed -> `noise` of the two rows' difference on that seed."""
+    return {seed: noise(out, column, rows, k, point, seed) for seed in seeds}
 
 
 def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
@@ -76,19 +95,21 @@ def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
         seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in runs.items())
         return f"- {claim['text']}: cannot tell: no seed finished for every row ({seeds})"
     some_seeds_left_out = any(len(v) > len(shared) for v in runs.values())
-    pairwise = pairwise_on_more_seeds(runs, first, others, len(shared)) if some_seeds_left_out else ""
+    pairwise = (pairwise_on_more_seeds(runs, first, others, len(shared), lambda rows, seeds: seed_noise(
+        out, claim["column"], rows, k, claim.get("point"), seeds)) if some_seeds_left_out else "")
     runs = {row: {seed: v[seed] for seed in shared} for row, v in runs.items()}
     acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
     strongest = max(others, key=lambda r: acc[r])
     numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in runs)
     if some_seeds_left_out:
         numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
-    error = noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared[0])
+    errors = seed_noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared)
     rising = provisional(still_rising(out, claim["column"], list(runs), claim.get("point"), shared))
-    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], error)} ({numbers}{partly}){pairwise}{rising}"
+    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], errors)} ({numbers}{partly}){pairwise}{rising}"
 
 
-def pairwise_on_more_seeds(runs: Mapping[str, Mapping[str, float]], first: str, others: Sequence[str], shared: int) -> str:
+def pairwise_on_more_seeds(runs: Mapping[str, Mapping[str, float]], first: str, others: Sequence[str], shared: int,
+                           errors_of: Callable[[list[str], list[str]], Mapping[str, float]]) -> str:
     """Where the first row and another finished more seeds together than every row did: the pair judged on those
     (their mean gap and the seed-by-seed verdict), so extra seeds of the leading rows are not left unread."""
     lines = []
@@ -97,7 +118,7 @@ def pairwise_on_more_seeds(runs: Mapping[str, Mapping[str, float]], first: str, 
         if len(seeds) > shared:
             gap = statistics.fmean(runs[first][s] - runs[other][s] for s in seeds)
             mine, theirs = ({s: v[s] for s in seeds} for v in (runs[first], runs[other]))
-            lines.append(f"over {other}: {verdict(mine, theirs)} ({gap:+.2f})")
+            lines.append(f"over {other}: {verdict(mine, theirs, errors_of([first, other], seeds))} ({gap:+.2f})")
     return f"; pairwise on the seeds both finished, {first} " + ", ".join(lines) if lines else ""
 
 
