@@ -49,20 +49,19 @@ def provisional(rising: Sequence[str]) -> str:
     return f"; provisional, still rising: {', '.join(rising)}" if rising else ""
 
 
-def verdict(first: Mapping[str, float], other: Mapping[str, float], errors: Optional[Mapping[str, float]] = None) -> str:
+def verdict(first: Mapping[str, float], other: Mapping[str, float], errors: Mapping[str, float]) -> str:
     """Holds, does not hold, mixed or cannot tell, from the per-seed last-k means of two rows and the per-seed standard
     errors of their difference (`noise`)."""
-    errors = errors or {}
     seeds = [s for s in first if s in other]
     if len(seeds) < 2:  # one shared seed at most: compare the means, unless the gap is within two standard errors
         gap = statistics.fmean(first.values()) - statistics.fmean(other.values())
-        error = errors.get(seeds[0], 0.0) if seeds else 0.0
+        error = errors[seeds[0]] if seeds else 0.0
         if abs(gap) < 2 * error:
             return f"cannot tell on one seed (gap {gap:+.2f}, within 2 standard errors of {error:.2f})"
         return "holds" if gap > 0 else "does not hold"
     gaps = [first[s] - other[s] for s in seeds]
     mean_gap = statistics.fmean(gaps)
-    error = math.sqrt(sum(errors.get(s, 0.0) ** 2 for s in seeds)) / len(seeds)  # of the mean gap
+    error = math.sqrt(sum(errors[s] ** 2 for s in seeds)) / len(seeds)  # of the mean gap
     if abs(mean_gap) < 2 * error:
         each = ", ".join(f"{g:+.2f}" for g in gaps)
         return (f"cannot tell on {len(seeds)} seeds (mean gap {mean_gap:+.2f}, within 2 standard errors of {error:.2f}; "
