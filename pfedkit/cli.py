@@ -316,7 +316,10 @@ def methods() -> None:
 
     for name in sorted(METHODS):
         cls = METHODS[name]
-        click.echo(f"{name}: {cls.summary}")
+        trains, evaluates = cls.batched()
+        path = {(True, True): "batched training and evaluation", (True, False): "batched training",
+                (False, True): "batched evaluation", (False, False): "one client at a time"}[(trains, evaluates)]
+        click.echo(f"{name}: {cls.summary} [GPU cohort path: {path}]")
         from_run = cls.Params.run_defaults(SimpleNamespace(rounds=1, join_ratio=1.0))  # keys filled in from the run
         space = search_space(cls.Params)
         for field, info in cls.Params.model_fields.items():

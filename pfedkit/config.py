@@ -114,6 +114,11 @@ class RunSection(Section):
     # a GPU's share per worker process (local) or Ray actor: 0.25 puts four on one GPU; 0 = the simulation on one GPU
     # in one process (run.device), as before. Needs run.device = "cuda"
     gpus_per_worker: float = Field(0.0, ge=0, le=1)
+    # train (and evaluate) the round's clients together as one batched computation: "auto" on a GPU with the
+    # simulation in one process, "on" anywhere (for tests; slower on a CPU), "off" one client at a time; methods
+    # without the batchable form (`pfedkit methods` says which) always go one client at a time
+    cohort: Literal["auto", "on", "off"] = "auto"
+    cohort_size: int = Field(0, ge=0)  # clients trained together at most (memory); 0 = all the round's clients
     ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
     # trackers that also get every round's metrics, the config and the curves (optional extras: pip install -e
     # ".[tracking]"); W&B runs offline, into the run folder, unless you are logged in (`wandb login`)
@@ -246,7 +251,7 @@ def dump_toml(data: dict[str, Any]) -> str:
 # the same run (the data themselves are checked by data.checksum).
 PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
                   "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb",
-                  "run.gpus_per_worker", "run.log_to")
+                  "run.gpus_per_worker", "run.log_to", "run.cohort", "run.cohort_size")
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -49,7 +49,8 @@ def test_fedprox_step_equals_hand_computed_proximal_step():
     loss = F.cross_entropy(model(data.train_x), data.train_y)
     grads = torch.autograd.grad(loss, list(model.parameters()))
     expected = {n: p.detach() - lr * (g + mu * (p.detach() - server[n])) for (n, p), g in zip(model.named_parameters(), grads)}
-    method.train_locally(model, server, data, 0)  # one step: the batch is all 8 samples
+    (phase,) = method.local_phases(server, {}, data, 0)
+    method.run_phase(model, phase, data, 0)  # one step: the batch is all 8 samples
     for name, value in expected.items():
         assert torch.allclose(model.state_dict()[name], value, atol=1e-6), name
 

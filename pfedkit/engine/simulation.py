@@ -14,6 +14,7 @@ from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
+from pfedkit.engine.cohort import Cohort, cohort_settings
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix, nonfinite_keys
 from pfedkit.engine.evaluation import summarize_round, summarize_run
 from pfedkit.engine.replies import RoundReplies, message_bytes
@@ -396,6 +397,8 @@ class Simulation(RoundLoop):
             self.spilled = (SpilledStates(self.out, int(self.config.run.state_memory_mb * 2**20))
                             if self.config.run.client_state == "disk" else None)
             self.executor: Optional[Executor] = None
+            self.cohort = Cohort(self.method, self.fed, self.config.run.cohort_size) if cohort_settings(
+                self.config.run, self.device) else None
             with self.device_scope():
                 self.start(resume)
         except BaseException:
@@ -453,6 +456,8 @@ class Simulation(RoundLoop):
         cost = self.fed.test_sizes() + self.fed.train_sizes()  # fine-tuning methods touch the train split too
         tasks = [Task("eval", cid, round, payload, partial(self.client_state, cid, round), int(cost[cid]))
                  for cid, payload in payloads.items()]
+        if self.cohort is not None and self.cohort.evaluates():
+            return dict(self.cohort.evaluate(tasks))
         return dict(self.executor.run(tasks))
 
     def round_replies(self, round: int, tasks: list[Task]) -> RoundReplies:
@@ -473,7 +478,11 @@ class Simulation(RoundLoop):
         replies = self.round_replies(round, tasks)
         new_states, nonfinite, after = {}, {}, {}
         # a fold takes replies in client order: sent in that order, they arrive nearly so and few wait
-        for cid, (reply, client, measured) in self.executor.run(tasks, in_order=replies.fold is not None):
+        if self.cohort is not None and self.cohort.trains():
+            results = self.cohort.train(tasks)  # in client order
+        else:
+            results = self.executor.run(tasks, in_order=replies.fold is not None)
+        for cid, (reply, client, measured) in results:
             replies.add(cid, reply)
             if measured is not None:
                 after[cid] = measured

@@ -19,6 +19,7 @@ from torch import nn
 from pfedkit.config import describe_validation_error
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.augment import crop_flip
+from pfedkit.methods.plan import LocalPlan, Phase, cross_entropy
 from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, MethodContext, State
 from pfedkit.seeding import seeded_torch, torch_generator
@@ -184,6 +185,48 @@ class Method:
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         raise NotImplementedError
+
+    # ---- the batchable form (methods/plan.py): a method stating these may train and evaluate in cohorts ----
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
+        """The local update as models and phases of SGD, or None: then only `local_update` runs it (one client at a
+        time). A method returning a plan also states `plan_result`, and its `local_update` runs the plan."""
+        return None
+
+    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
+                    round: int) -> tuple[State, State]:
+        """The reply and the new client state from the plan's trained models (`trained`: model name -> weights)."""
+        raise NotImplementedError
+
+    def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> Optional[State]:
+        """The weights of the personalized model when it is the working model with weights loaded and nothing more
+        (no fine-tuning), so evaluation may be batched; None otherwise."""
+        return None
+
+    @classmethod
+    def batched(cls) -> tuple[bool, bool]:
+        """(local training, evaluation): whether this method states the batchable form of each."""
+        return cls.local_plan is not Method.local_plan, cls.evaluation_weights is not Method.evaluation_weights
+
+    def run_plan(self, plan: LocalPlan, data: ClientData, round: int) -> dict[str, State]:
+        """The plan for one client, phase by phase with `fit` (the reference the cohort path is tested against)."""
+        models: dict[str, SplitModel] = {}
+        for phase in plan.phases:
+            if phase.model not in models:
+                models[phase.model] = self.load(plan.models[phase.model], slot=phase.model)
+            self.run_phase(models[phase.model], phase, data, round)
+        return {name: self.state_of(model) for name, model in models.items()}
+
+    def run_phase(self, model: SplitModel, phase: Phase, data: ClientData, round: int) -> float:
+        sgd = dict(epochs=phase.epochs, lr=phase.lr, momentum=phase.momentum, weight_decay=phase.weight_decay,
+                   purpose=phase.purpose)
+        if phase.head_features:
+            return self.fit_head(model, data, round, **sgd)
+        given, loss = phase.given, phase.loss
+
+        def loss_fn(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return loss(m, dict(m.named_parameters()), x, y, given)
+        plain = loss is cross_entropy  # fit's own loss: no parameter dict built every step
+        return self.fit(model, data, round, parts=phase.parts, loss_fn=None if plain else loss_fn, **sgd)
 
     def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         """The client's personalized model right after its local update (`eval.point = "after-local"`): the method's

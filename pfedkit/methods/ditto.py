@@ -3,14 +3,12 @@ trained on its own loss plus lambda/2 * ||v - w||^2 to the global model it recei
 evaluated; only the global model travels."""
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
 from pfedkit.methods.base import HyperParams, register, searched
+from pfedkit.methods.plan import LocalPlan, Phase, proximal
 from pfedkit.methods.sharing import PartSharing
-from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
 
 
@@ -30,18 +28,19 @@ class Ditto(PartSharing):
     def init_client(self, cid: int, data: ClientData) -> State:
         return dict(self.initial_state())  # the personal model v_i
 
-    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        personal = self.load(client, slot="personal")
-        anchors = [(p, payload[name]) for name, p in personal.named_parameters()]  # the received global w^t
-        half = self.params.prox_weight / 2
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
+        anchors = {name: payload[name] for name, _ in self.model.named_parameters()}  # the received global w^t
+        personal = Phase(model="personal", epochs=self.params.personal_epochs, purpose="personal",
+                         loss=proximal(self.params.prox_weight), given=anchors)
+        return LocalPlan({"personal": self.model_weights(client), "main": self.model_weights(payload)},
+                         [personal, Phase()])
 
-        def personal_loss(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(m(x), y) + half * sum((p - w).pow(2).sum() for p, w in anchors)
+    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
+                    round: int) -> tuple[State, State]:
+        return {**trained["main"], "num_samples": data.num_train}, trained["personal"]
 
-        self.fit(personal, data, round, epochs=self.params.personal_epochs, loss_fn=personal_loss, purpose="personal")
-        glob = self.load(payload)
-        self.fit(glob, data, round)
-        return {**self.state_of(glob), "num_samples": data.num_train}, self.state_of(personal)
+    def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
+        return self.model_weights(client)
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(client, slot="personal")

@@ -4,7 +4,8 @@ from typing import Literal
 from pydantic import Field
 from torch import nn
 
-from pfedkit.methods.base import HyperParams, register
+from pfedkit.methods.base import HyperParams, register, select
+from pfedkit.methods.plan import LocalPlan, Phase
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.records import ClientData, State
 
@@ -24,10 +25,12 @@ class FedBABU(PartSharing):
     def init_client(self, cid: int, data: ClientData) -> State:
         return {}  # the head is the seeded initial head, rebuilt identically everywhere
 
-    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        model = self.load(payload, self.random_head())
-        self.fit(model, data, round, parts=("body",))
-        return {**self.state_of(model, ("body",)), "num_samples": data.num_train}, {}
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
+        return LocalPlan({"main": self.model_weights(payload, self.random_head())}, [Phase(parts=("body",))])
+
+    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
+                    round: int) -> tuple[State, State]:
+        return {**select(trained["main"], ("body",)), "num_samples": data.num_train}, {}
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         model = self.load(payload, self.random_head())

@@ -1,11 +1,9 @@
 """FedProx (Li et al., 2020): local loss + mu/2 * ||w - w_global||^2."""
-import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.fedavg import FedAvg, FedAvgFT
-from pfedkit.models.base import SplitModel
+from pfedkit.methods.plan import Phase, proximal
 from pfedkit.records import ClientData, State
 
 
@@ -20,15 +18,9 @@ class FedProx(FedAvg):
     summary = "FedAvg with a proximal term pulling local weights toward the global model"
     Params = FedProxParams
 
-    def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
-        anchors = [(p, payload[name]) for name, p in model.named_parameters()]
-        half_mu = self.params.mu / 2
-
-        def loss_fn(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            proximal = sum((p - g).pow(2).sum() for p, g in anchors)
-            return F.cross_entropy(m(x), y) + half_mu * proximal
-
-        self.fit(model, data, round, loss_fn=loss_fn)
+    def local_phases(self, payload: State, client: State, data: ClientData, round: int) -> list[Phase]:
+        anchors = {name: payload[name] for name, _ in self.model.named_parameters()}
+        return [Phase(loss=proximal(self.params.mu), given=anchors)]
 
 
 class FedProxFTParams(FedProxParams):

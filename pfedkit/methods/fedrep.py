@@ -3,7 +3,7 @@ from pydantic import Field
 
 from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.sharing import PartSharing
-from pfedkit.models.base import SplitModel
+from pfedkit.methods.plan import Phase
 from pfedkit.records import ClientData, State
 
 
@@ -20,6 +20,6 @@ class FedRep(PartSharing):
     Params = FedRepParams
     shared = ("body",)
 
-    def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
-        self.fit_head(model, data, round, epochs=self.params.head_epochs)
-        self.fit(model, data, round, parts=("body",), purpose="body")
+    def local_phases(self, payload: State, client: State, data: ClientData, round: int) -> list[Phase]:
+        return [Phase(parts=("head",), epochs=self.params.head_epochs, purpose="head", head_features=True),
+                Phase(parts=("body",), purpose="body")]

@@ -6,6 +6,7 @@ from typing import ClassVar, Mapping, Optional
 from torch import nn
 
 from pfedkit.methods.base import Method, WeightedMeanFold, select, weighted_mean
+from pfedkit.methods.plan import LocalPlan, Phase
 from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, State
 
@@ -29,14 +30,54 @@ class PartSharing(Method):
         return dict(server)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+        plan = self.local_plan(payload, client, data, round)
+        if plan is not None:
+            return self.plan_result(self.run_plan(plan, data, round), payload, client, data, round)
         model = self.load(payload, client)
         self.train_locally(model, payload, data, round)
-        reply = self.state_of(model, self.shared)
-        reply["num_samples"] = data.num_train
-        return reply, self.state_of(model, self.personal)
+        return self.plan_result({"main": self.state_of(model)}, payload, client, data, round)
 
     def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
+        """Training a subclass writes as code (not batchable); a batchable one states `local_phases` instead."""
         self.fit(model, data, round)
+
+    def local_phases(self, payload: State, client: State, data: ClientData, round: int) -> list[Phase]:
+        """The phases that train the model loaded from the payload and the client state: one, of every part."""
+        return [Phase()]
+
+    @classmethod
+    def trains_in_code(cls) -> bool:
+        """A subclass that writes its training as code (its own local_update or train_locally) states no plan."""
+        return cls.local_update is not PartSharing.local_update or cls.train_locally is not PartSharing.train_locally
+
+    @classmethod
+    def batched(cls) -> tuple[bool, bool]:
+        training = cls.local_plan is not PartSharing.local_plan or not cls.trains_in_code()
+        evaluation = (cls.evaluation_weights is not PartSharing.evaluation_weights
+                      or cls.personalized_model is PartSharing.personalized_model)
+        return training, evaluation
+
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
+        if self.trains_in_code():
+            return None
+        return LocalPlan({"main": self.model_weights(payload, client)}, self.local_phases(payload, client, data, round))
+
+    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
+                    round: int) -> tuple[State, State]:
+        weights = trained["main"]
+        return {**select(weights, self.shared), "num_samples": data.num_train}, select(weights, self.personal)
+
+    def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> Optional[State]:
+        if type(self).personalized_model is not PartSharing.personalized_model:  # evaluation written as code
+            return None
+        return self.model_weights(payload, client)
+
+    def model_weights(self, *states: State) -> State:
+        """The model's entries of the given states (later ones win), as `load` would load them."""
+        merged: State = {}
+        for state in states:
+            merged.update(state)
+        return {key: merged[key] for key in self.model.state_dict()}
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         if not replies:  # every sampled client failed: keep the last model

@@ -1,0 +1,79 @@
+"""A local update stated as data, so the engine can run it one client at a time or a whole cohort at once.
+
+A method that can be batched returns a `LocalPlan` from `local_plan`: the models it starts from (weights by name) and
+the `Phase`s of mini-batch SGD that train them, in order. The engine runs the plan with `Method.fit` for one client
+(the reference path) or with every sampled client's weights stacked and trained together on a GPU
+(`pfedkit.engine.cohort`); `plan_result` then turns the trained weights into the reply and the new client state.
+A phase's loss is written once, against `net` (the model, or its functional stand-in in a cohort): `net(x)`,
+`net.body(x)`, `net.head(features)`, the model's parameters by name in `params`, and the per-client tensors the plan
+gives it (`given`: stacked over the cohort, so they may differ from client to client).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Optional, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from pfedkit.models.base import PARTS
+from pfedkit.records import State
+
+
+class Net(Protocol):
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+    def body(self, x: torch.Tensor) -> torch.Tensor: ...
+    def head(self, features: torch.Tensor) -> torch.Tensor: ...
+
+
+# loss(net, params, x, y, given) -> the batch's scalar loss
+PhaseLoss = Callable[[Net, Mapping[str, torch.Tensor], torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
+
+
+def cross_entropy(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                  given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    return F.cross_entropy(net(x), y)
+
+
+@lru_cache(maxsize=None)  # one loss per weight: clients with the same loss share a cohort phase
+def proximal(weight: float) -> PhaseLoss:
+    """Cross-entropy plus weight/2 * ||w - anchor||^2 over the parameters `given` holds (FedProx, Ditto)."""
+    half = weight / 2
+
+    def loss(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+             given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(net(x), y) + half * sum((params[name] - anchor).pow(2).sum()
+                                                       for name, anchor in given.items())
+    return loss
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Some epochs of mini-batch SGD on one of the plan's models; what is not in `parts` stays frozen."""
+
+    model: str = "main"  # which of the plan's models trains (also its working-model slot)
+    parts: tuple[str, ...] = PARTS
+    epochs: Optional[int] = None  # train.local_epochs when None
+    purpose: str = "train"  # seeds the batch order (and augmentation): a phase's own purpose, never reused
+    lr: Optional[float] = None  # train.lr, train.momentum, train.weight_decay when None
+    momentum: Optional[float] = None
+    weight_decay: Optional[float] = None
+    loss: PhaseLoss = cross_entropy
+    given: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    head_features: bool = False  # a head-only phase may train on features computed once (`Method.fit_head`)
+
+    def __post_init__(self) -> None:
+        if self.head_features and (self.parts != ("head",) or self.loss is not cross_entropy):
+            raise ValueError("head_features is for a phase that trains the head alone on cross-entropy")
+
+    def shape(self) -> tuple[Any, ...]:
+        """What must match for clients to share a cohort phase (everything but the per-client tensors)."""
+        return (self.model, self.parts, self.epochs, self.purpose, self.lr, self.momentum, self.weight_decay,
+                self.loss, self.head_features, tuple((k, tuple(v.shape)) for k, v in self.given.items()))
+
+
+@dataclass
+class LocalPlan:
+    models: dict[str, State]  # each model's starting weights, every key of the model
+    phases: list[Phase]

@@ -1,0 +1,202 @@
+"""Cohort training (run.cohort): a round's clients trained as one batched computation equal the per-client path."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pfedkit.data.federated import FederatedDataset
+from pfedkit.engine.cohort import Cohort, sgd_step
+from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.engine.workers import Task
+from pfedkit.methods import METHODS
+from pfedkit.models.base import SplitModel
+from pfedkit.records import MethodContext, TrainSettings
+
+BATCHED = ["fedavg", "local", "fedper", "fedrep", "ditto", "fedprox", "fedbabu", "lg-fedavg", "fedavg-ft"]
+SIZES = [13, 7, 22, 1]  # unequal, partial last batches, a client of one sample
+
+
+def flat_model() -> SplitModel:
+    return SplitModel(nn.Sequential(nn.Linear(6, 5), nn.ReLU()), nn.Linear(5, 3), feature_dim=5)
+
+
+def bn_image_model() -> SplitModel:
+    body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                         nn.Flatten(), nn.Linear(16, 6), nn.ReLU())
+    return SplitModel(body, nn.Linear(6, 3), feature_dim=6)
+
+
+def federation(images: bool, sizes=SIZES, seed: int = 0) -> FederatedDataset:
+    g = torch.Generator().manual_seed(seed)
+    total = sum(sizes) * 2
+    x = torch.randn(total, 3, 6, 6, generator=g) if images else torch.randn(total, 6, generator=g)
+    y = torch.randint(0, 3, (total,), generator=g)
+    perm = np.random.default_rng(seed).permutation(total)
+    train, test, at = [], [], 0
+    for n in sizes:
+        train.append(perm[at:at + n])
+        test.append(perm[at + n:at + 2 * n])
+        at += 2 * n
+    shape = (3, 6, 6) if images else (1, 1, 6)
+    return FederatedDataset("toy", "official-test", 3, shape, x, y, x, y, train, test)
+
+
+def method_for(name: str, images: bool, **train):
+    settings = dict(local_epochs=2, batch_size=4, lr=0.05, momentum=0.9, weight_decay=1e-3,
+                    augment="crop-flip" if images else "none")
+    settings.update(train)
+    cls = METHODS[name]
+    params = {"head_epochs": 2} if name == "fedrep" else {}
+    ctx = MethodContext(bn_image_model if images else flat_model, TrainSettings(**settings), num_classes=3, seed=3)
+    return cls(cls.validate_params(params), ctx)
+
+
+def round_tasks(method, fed, round: int, kind: str = "train", evaluate_after: bool = False) -> list[Task]:
+    server = method.init_server()
+    server = {k: v + 0.01 * torch.randn_like(v) if torch.is_floating_point(v) else v for k, v in server.items()}
+    tasks = []
+    for cid in range(fed.num_clients):
+        client = method.init_client(cid, fed.client(cid))
+        tasks.append(Task(kind, cid, round, method.broadcast(server, round, cid), client, len(fed.train_idx[cid]),
+                          evaluate_after))
+    return tasks
+
+
+def assert_states_close(got: dict, want: dict, what: str) -> None:
+    assert set(got) == set(want), what
+    for key in want:
+        if isinstance(want[key], torch.Tensor):
+            assert torch.allclose(got[key].float(), want[key].float(), atol=2e-5, rtol=1e-4), f"{what}: {key}"
+        else:
+            assert got[key] == want[key], f"{what}: {key}"
+
+
+@pytest.mark.parametrize("images", [False, True], ids=["mlp", "batchnorm-cnn-crop-flip"])
+@pytest.mark.parametrize("name", BATCHED)
+def test_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name, images):
+    method = method_for(name, images)
+    fed = federation(images)
+    tasks = round_tasks(method, fed, round=2)
+    want = {t.cid: method.local_update(t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
+    got = dict(Cohort(method, fed).train(tasks))
+    assert set(got) == set(want)
+    for cid, (reply, state, after) in got.items():
+        assert after is None
+        assert_states_close(reply, want[cid][0], f"{name} client {cid} reply")
+        assert_states_close(state, want[cid][1], f"{name} client {cid} state")
+        start = tasks[cid].payload
+        moved = [k for k in want[cid][0] if k in start and torch.is_floating_point(start[k])
+                 and not torch.equal(want[cid][0][k], start[k])]
+        assert moved or not want[cid][0].keys() - {"num_samples"}, "the round must train something to compare"
+
+
+def test_clients_in_chunks_give_the_same_as_one_cohort():
+    method, fed = method_for("fedper", images=True), federation(True)
+    tasks = round_tasks(method, fed, round=0)
+    whole = dict(Cohort(method, fed).train(tasks))
+    chunked = dict(Cohort(method, fed, cohort_size=3).train(tasks))
+    for cid in whole:
+        assert_states_close(chunked[cid][0], whole[cid][0], f"client {cid}")
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local"])
+def test_batched_evaluation_equals_each_client_on_its_own(name):
+    method, fed = method_for(name, images=True), federation(True, sizes=[13, 7, 22, 2, 30])
+    tasks = round_tasks(method, fed, round=1, kind="eval")
+    got = dict(Cohort(method, fed).evaluate(tasks))
+    for t in tasks:
+        data = fed.client(t.cid)
+        correct, loss, n = evaluate_model(method.personalized_model(t.client, t.payload, data, 1), data.test_x, data.test_y)
+        assert got[t.cid][0] == correct and got[t.cid][2] == n
+        assert got[t.cid][1] == pytest.approx(loss, rel=1e-5, abs=1e-5)
+
+
+def test_after_local_evaluation_comes_with_the_replies():
+    method, fed = method_for("fedavg", images=False), federation(False)
+    tasks = round_tasks(method, fed, round=0, evaluate_after=True)
+    for cid, (reply, state, after) in Cohort(method, fed).train(tasks):
+        data = fed.client(cid)
+        model = method.trained_model(reply, state, tasks[cid].payload, data, 0)
+        assert after == evaluate_model(model, data.test_x, data.test_y)
+
+
+def test_functional_sgd_equals_torch_sgd_with_momentum_and_weight_decay():
+    torch.manual_seed(0)
+    p = torch.randn(5, requires_grad=True)
+    mine = p.detach().clone()
+    momentum = torch.zeros(5)
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=0.01)
+    for _ in range(3):
+        g = torch.randn(5)
+        p.grad = g.clone()
+        opt.step()
+        sgd_step([mine], [g], [momentum], 0.1, 0.9, 0.01)
+        assert torch.allclose(mine, p.detach(), atol=1e-7)
+    sgd_step([mine], [None], [momentum], 0.1, 0.9, 0.01)  # no gradient: left alone, as SGD leaves it
+    assert torch.allclose(mine, p.detach(), atol=1e-7)
+
+
+def test_methods_that_cannot_be_batched_say_so():
+    assert METHODS["fedavg"].batched() == (True, True)
+    assert METHODS["fedavg-ft"].batched() == (True, False)  # fine-tuning before evaluation is written as code
+    assert METHODS["fedafk"].batched() == (False, False)
+
+
+def test_a_cohort_inside_the_default_device_mode_of_a_gpu_run():
+    method, fed = method_for("fedper", images=True), federation(True)
+    tasks = round_tasks(method, fed, round=0)
+    plain = dict(Cohort(method, fed).train(tasks))
+    with torch.device("cpu"):  # the mode a GPU run trains under; the step loop steps out of it
+        inside = dict(Cohort(method, fed).train(tasks))
+    for cid in plain:
+        assert_states_close(inside[cid][0], plain[cid][0], f"client {cid}")
+
+
+# ---- whole runs ----
+from pfedkit.experiments import run_experiment  # noqa: E402
+from pfedkit.io import read_csv  # noqa: E402
+from tests.test_engine import COMPARED, synthetic  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedrep", "ditto"])
+def test_a_run_on_the_cohort_path_ends_where_the_per_client_path_does(tmp_path, name, monkeypatch):
+    calls = []
+    for hook in ("train", "evaluate"):
+        original = getattr(Cohort, hook)
+        monkeypatch.setattr(Cohort, hook, lambda self, tasks, _o=original, _h=hook: calls.append(_h) or _o(self, tasks))
+    settings = dict(method={"name": name}, train={"rounds": 3, "momentum": 0.5}, eval={"point": "both"})
+    per_client = run_experiment(synthetic(**settings, run={"cohort": "off"}), tmp_path / "off", progress=False)
+    assert not calls
+    cohort = run_experiment(synthetic(**settings, run={"cohort": "on"}), tmp_path / "on", progress=False)
+    assert calls.count("train") == 3 and calls.count("evaluate") == 4  # every round took the cohort path
+    assert abs(cohort["last_acc"] - per_client["last_acc"]) <= 0.001
+    assert abs(cohort["last_acc_after"] - per_client["last_acc_after"]) <= 0.001
+    off, on = read_csv(tmp_path / "off" / "metrics.csv"), read_csv(tmp_path / "on" / "metrics.csv")
+    assert [r["bytes_down"] for r in on] == [r["bytes_down"] for r in off]
+    for a, b in zip(on, off):
+        assert abs(float(a["acc"]) - float(b["acc"])) <= 0.001 and abs(float(a["loss"]) - float(b["loss"])) < 1e-3
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_killed_cohort_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
+    from pfedkit.engine.simulation import simulate
+
+    cfg = synthetic(method={"name": "fedper"}, train={"rounds": 5, "momentum": 0.9},
+                    run={"cohort": "on", "checkpoint_every": 2, "seed": 4})
+    simulate(cfg, tmp_path / "straight", progress=False)
+
+    def stop_in_round_2(row):  # after round 2's metrics, before any checkpoint holds it: round 2 is played again
+        if row["round"] == 2:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        simulate(cfg, tmp_path / "killed", progress=False, observers=[stop_in_round_2])
+    assert torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)["next_round"] == 2
+    simulate(cfg, tmp_path / "killed", resume=True, progress=False)
+    got, want = read_csv(tmp_path / "killed" / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
+    assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
