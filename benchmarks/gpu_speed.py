@@ -1,0 +1,361 @@
+"""Seconds per round on one GPU, side by side: PFLlib (its own code, unchanged), pfedkit one client at a time, and
+pfedkit's cohort path (run.cohort: the round's clients trained as one batched computation); same partition, same
+settings, one process after another on the same GPU.
+
+Settings (PFLlib's protocol: merged splits, 75/25 per client, evaluation at the round start; batch 10, lr 0.005,
+1 local epoch, plain SGD, every client every round):
+  cifar10-20     CIFAR-10 (the copy under --data-root), all data, 20 clients, Dir(0.1), FedAvgCNN:
+                 FedAvg, FedPer, FedRep, Ditto, FedAFK, PGFedSplit, FedPAC (PFLlib has FedAvg, FedPer, FedRep,
+                 Ditto, FedPAC)
+  cifar10-100    the same with 100 clients, FedAvg
+  cifar100-r18   20% of CIFAR-100, 20 clients, Dir(0.1), ResNet-18 with the CIFAR stem, FedAvg (pfedkit only:
+                 PFLlib's ResNet-18 has the ImageNet stem)
+Columns: training and evaluation seconds per round (medians over the timed rounds, the first round left out as
+warm-up where there are more), accuracy after the same number of rounds, and (FedAvg) training samples per second
+as a share of the same model's one-big-batch training throughput on that GPU (the ceiling). A torch.profiler table
+of one cohort round of FedAvg (cifar10-20) says where the rest of the time goes.
+
+PFLlib runs from a checkout (its system/ folder is enough) at --pfllib; this script writes the same partition into
+its dataset folder in its format (one .npz per client and split) and parses the per-round times it prints.
+PFLlib's evaluation also computes every client's training loss and AUC: its evaluation seconds are not like ours.
+
+Usage:
+  python3 benchmarks/gpu_speed.py --data-root DIR --pfllib DIR [--device cuda] [--budget 450]
+  python3 benchmarks/gpu_speed.py --check     every code path on the CPU in a minute or two (tiny data, 2 rounds)
+On a lent GPU machine: bash benchmarks/gpu_speed_device.sh (see there).
+Writes table.md, results.json, profile.txt and logs/ under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from pfedkit.data.federated import FederatedDataset, build_federated  # noqa: E402
+from pfedkit.engine.simulation import Simulation  # noqa: E402
+from pfedkit.models import build_model  # noqa: E402
+from pfedkit.registry import build_config  # noqa: E402
+
+
+@dataclass
+class Setting:
+    name: str
+    dataset: str
+    clients: int
+    model: str
+    fraction: float = 1.0
+    model_options: dict = field(default_factory=dict)
+    pfllib_model: Optional[str] = "CNN"  # PFLlib's -m; None: no like-with-like model there
+
+    def config(self, data_root: str, method: str, rounds: int, device: str, cohort: str,
+               params: Optional[dict] = None) -> Any:
+        return build_config({
+            "data": {"dataset": self.dataset, "root": data_root, "fraction": self.fraction},
+            "partition": {"scheme": "dirichlet", "clients": self.clients, "beta": 0.1},
+            "model": {"name": self.model, "options": self.model_options},
+            "method": {"name": method, **(params or {})},
+            "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005},
+            "eval": {"protocol": "pfllib", "every": 1},
+            "run": {"seed": 0, "checkpoint_every": 10_000, "device": device, "cohort": cohort},
+        })
+
+
+SETTINGS = {
+    "cifar10-20": Setting("cifar10-20", "cifar10", 20, "fedavgcnn"),
+    "cifar10-100": Setting("cifar10-100", "cifar10", 100, "fedavgcnn"),
+    "cifar100-r18": Setting("cifar100-r18", "cifar100", 20, "resnet18", fraction=0.2,
+                            model_options={"stem": "cifar"}, pfllib_model=None),
+}
+# method -> (PFLlib's -algo and its extra flags set to pfedkit's defaults, or None; pfedkit's hyper-parameters)
+METHODS = {
+    "fedavg": (("FedAvg", []), {}),
+    "fedper": (("FedPer", []), {}),
+    "fedrep": (("FedRep", ["-pls", "10"]), {"head_epochs": 10}),
+    "ditto": (("Ditto", ["-mu", "0.1", "-pls", "1"]), {"prox_weight": 0.1, "personal_epochs": 1}),
+    "fedafk": (None, {}),
+    "pgfedsplit": (None, {}),
+    "fedpac": (("FedPAC", []), {}),
+}
+# (setting, method, rounds), most important first: what the budget cuts is the end of this list
+PLAN = [("cifar10-20", "fedavg", 5)] + [("cifar10-20", m, 2) for m in METHODS if m != "fedavg"] + [
+    ("cifar10-100", "fedavg", 2), ("cifar100-r18", "fedavg", 2)]
+PATHS = ("cohort", "per-client", "pfllib")
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+class Clock:
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    @property
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def pfedkit_run(setting: Setting, fed: FederatedDataset, args: argparse.Namespace, method: str, rounds: int,
+                cohort: str, clock: Clock) -> dict[str, Any]:
+    params = METHODS[method][1]
+    cfg = setting.config(args.data_root, method, rounds, args.device, cohort, params)
+
+    def within_budget(row: dict) -> None:
+        if clock.left < 0:
+            raise OutOfBudget(f"budget spent after round {row['round']}")
+
+    with tempfile.TemporaryDirectory() as out:
+        sim = Simulation(cfg, out, progress=False, fed=fed, observers=[within_budget])
+        trains_in_cohort = sim.cohort is not None and sim.cohort.trains()
+        try:
+            sim.run()
+        except OutOfBudget as err:
+            return {"cut": str(err), **timings(sim.rows, rounds)}
+    return {**timings(sim.rows, rounds), "batched": trains_in_cohort}
+
+
+def timings(rows: list[dict], rounds: int) -> dict[str, Any]:
+    trained = [r["train_s"] for r in rows if r["round"] < rounds]
+    evaluated = [r["eval_s"] for r in rows if r.get("acc") is not None]
+    final = [r["acc"] for r in rows if r["round"] == rounds and r.get("acc") is not None]
+    return {"train_s": steady(trained), "eval_s": steady(evaluated), "acc": final[0] if final else None,
+            "rounds_done": len(trained)}
+
+
+def steady(values: list[float]) -> Optional[float]:
+    """Median of the rounds after the first (the warm-up), or the only one."""
+    if not values:
+        return None
+    return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+# ---- PFLlib ----
+def export_for_pfllib(fed: FederatedDataset, folder: Path) -> None:
+    """The partition in PFLlib's format: <folder>/train/<i>.npz and test/<i>.npz, each {'data': {'x', 'y'}}."""
+    for split, indices, x, y in (("train", fed.train_idx, fed.train_x, fed.train_y),
+                                 ("test", fed.test_idx, fed.test_x, fed.test_y)):
+        (folder / split).mkdir(parents=True, exist_ok=True)
+        for cid, idx in enumerate(indices):
+            take = torch.from_numpy(np.asarray(idx))
+            data = {"x": x[take].cpu().numpy().astype(np.float32), "y": y[take].cpu().numpy().astype(np.int64)}
+            with open(folder / split / f"{cid}.npz", "wb") as f:
+                np.savez(f, data=data)
+
+
+TIME_COST = re.compile(r"^-{25,}(?: time cost -+)? ([0-9][0-9.eE+-]*)\s*$", re.M)  # some servers print no label
+ACCURACY = re.compile(r"Averaged Test Accuracy: ([0-9.]+)")
+
+
+def pfllib_run(pfllib: Path, setting: Setting, fed: FederatedDataset, method: str, rounds: int, device: str,
+               log: Path, clock: Clock, stand_in: Optional[Path] = None) -> dict[str, Any]:
+    algo, extra = METHODS[method][0]
+    # "Cifar10" in the name: PFLlib picks FedAvgCNN's CIFAR shape from it; the digest: another partition, another folder
+    digest = hashlib.sha1(b"".join(np.asarray(i).tobytes() for i in fed.train_idx + fed.test_idx)).hexdigest()[:10]
+    name = f"Cifar10_pfedkit_{setting.name}_{digest}"
+    folder = pfllib / "dataset" / name
+    if not (folder / "test" / f"{setting.clients - 1}.npz").exists():
+        export_for_pfllib(fed, folder)
+    cmd = [sys.executable, "-u", "main.py", "-data", name, "-m", setting.pfllib_model, "-algo", algo,
+           "-gr", str(rounds), "-eg", str(rounds), "-nc", str(setting.clients), "-ncl", str(fed.num_classes),
+           "-lbs", "10", "-lr", "0.005", "-ls", "1", "-jr", "1", "-dev", "cuda" if device.startswith("cuda") else "cpu",
+           "-did", "0", *extra]
+    timeout = max(clock.left, 1)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if stand_in:  # --check on a machine without torchvision: PFLlib's main.py imports it, CNN runs never use it
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stand_in), env.get("PYTHONPATH", "")]))
+    try:
+        done = subprocess.run(cmd, cwd=pfllib / "system", capture_output=True, text=True, timeout=timeout, env=env)
+        output, cut = done.stdout + done.stderr, None if done.returncode == 0 else f"exit {done.returncode}"
+    except subprocess.TimeoutExpired as err:
+        output = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        cut = "budget spent"
+    log.write_text(" ".join(cmd) + "\n\n" + output)
+    costs = [float(c) for c in TIME_COST.findall(output)]
+    accs = [float(a) for a in ACCURACY.findall(output)]
+    # rounds 1..R-1 train only (evaluation every R rounds: at 0 and R); round R evaluates, then trains
+    train = steady(costs[1:rounds]) if len(costs) > 1 else None
+    result = {"train_s": train, "eval_s": costs[rounds] - train if len(costs) > rounds and train else None,
+              "acc": accs[-1] if len(accs) > 1 else None, "rounds_done": max(len(costs) - 1, 0)}
+    if cut:
+        result["cut"] = cut
+    return result
+
+
+# ---- the ceiling and the profile ----
+def ceiling(fed: FederatedDataset, setting: Setting, device: torch.device, batch: int, steps: int = 30) -> float:
+    """Training samples per second of one model at one big batch (plain SGD), on the run's data."""
+    torch.manual_seed(0)
+    model = build_model(setting.model, fed.input_shape, fed.num_classes, **setting.model_options).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.005)
+    x, y = fed.train_x.to(device), fed.train_y.to(device)
+    g = torch.Generator(device=device).manual_seed(0)
+    for warm in (True, False):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(5 if warm else steps):
+            idx = torch.randint(0, len(y), (batch,), generator=g, device=device)
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        sync(device)
+    return batch * steps / (time.perf_counter() - start)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_cohort_round(setting: Setting, fed: FederatedDataset, args: argparse.Namespace, path: Path) -> str:
+    """torch.profiler over one cohort round of FedAvg (training and evaluation), after a warm-up round."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = setting.config(args.data_root, "fedavg", 2, args.device, "on")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+    with tempfile.TemporaryDirectory() as out:
+        sim = Simulation(cfg, out, progress=False, fed=fed)
+        with sim.session():
+            sim.play_round(0, True, True)  # warm-up
+            sync(torch.device(args.device))
+            with profile(activities=activities) as prof:
+                start = time.perf_counter()
+                sim.play_round(1, True, True)
+                sync(torch.device(args.device))
+                wall = time.perf_counter() - start
+        sim.lock.release()
+    events = prof.key_averages()
+    on_gpu = args.device.startswith("cuda")
+    busy = sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6 if on_gpu else None
+    sort = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    summary = (f"one cohort round of FedAvg ({setting.name}): {wall:.3f} s wall"
+               + (f", GPU kernels busy {busy:.3f} s ({busy / wall:.0%} of the wall time)" if busy is not None else ""))
+    path.write_text(summary + "\n\n" + events.table(sort_by=sort, row_limit=30) + "\n")
+    return summary
+
+
+# ---- the table ----
+def fmt(value: Optional[float], digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def write_table(results: list[dict], ceilings: dict[str, float], header: str, out: Path, profile: str) -> str:
+    lines = [header, "", "| setting | method | path | rounds | train s/round | eval s/round | acc after rounds | "
+             "train samples/s | share of ceiling | train speed-up vs PFLlib | vs per-client | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    by_key = {(r["setting"], r["method"], r["path"]): r for r in results}
+    for r in results:
+        key = (r["setting"], r["method"])
+        base = {p: by_key.get(key + (p,), {}).get("train_s") for p in PATHS}
+        speed = r.get("train_s")
+        throughput = r.get("samples") / speed if speed and r.get("samples") and r["method"] == "fedavg" else None
+        share = throughput / ceilings[r["setting"]] if throughput and r["setting"] in ceilings else None
+        compared = {"cohort": ("pfllib", "per-client"), "per-client": ("pfllib",)}.get(r["path"], ())
+        vs = [fmt(base[p] / speed, 1) + "x" if speed and base[p] and p in compared else "-" for p in ("pfllib", "per-client")]
+        note = r.get("cut", "") or r.get("note", "")
+        lines.append(f"| {r['setting']} | {r['method']} | {r['path']} | {r.get('rounds', '-')} | {fmt(speed, 3)} | "
+                     f"{fmt(r.get('eval_s'), 3)} | {fmt(r.get('acc'), 4)} | {fmt(throughput, 0)} | "
+                     f"{fmt(share and 100 * share, 1)}{'%' if share else ''} | {vs[0]} | {vs[1]} | {note} |")
+    lines += ["", "Ceilings (one model, one big batch, training samples/s): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items()), "", "Profile: " + profile, ""]
+    text = "\n".join(lines)
+    (out / "table.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
+    parser.add_argument("--pfllib", default=str(HERE.parent / ".peers" / "PFLlib"),
+                        help="a PFLlib checkout (its system/ folder); the PFLlib column is left out when it is not there")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--budget", type=float, default=450, help="seconds for everything; later rows are cut first")
+    parser.add_argument("--out", default=str(HERE / "results" / "gpu_speed"))
+    parser.add_argument("--only", default="", help="comma-separated settings or methods to keep (e.g. cifar10-20)")
+    parser.add_argument("--check", action="store_true", help="tiny and on the CPU: every code path, quickly")
+    args = parser.parse_args()
+    clock = Clock(args.budget)
+    out = Path(args.out)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    plan = PLAN
+    if args.check:  # a sliver of the data, few clients, 2 rounds
+        for s in SETTINGS.values():
+            s.fraction, s.clients = 0.02, min(s.clients, 5)
+        plan = [(s, m, 2) for s, m, _ in PLAN]
+    if args.only:
+        keep = set(args.only.split(","))
+        plan = [p for p in plan if p[0] in keep or p[1] in keep]
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    pfllib = Path(args.pfllib)
+    has_pfllib = (pfllib / "system" / "main.py").exists()
+    header = (f"# GPU speed: {name}, torch {torch.__version__}{' (--check: tiny data, on the CPU)' if args.check else ''}\n\n"
+              f"PFLlib protocol, Dir(0.1), batch 10, lr 0.005, 1 local epoch, seed 0. PFLlib: "
+              f"{'checkout at ' + str(pfllib) if has_pfllib else 'not found at ' + str(pfllib) + ', left out'}.")
+    stand_in = None
+    if args.check and has_pfllib and importlib.util.find_spec("torchvision") is None:
+        stand_in = out / "logs" / "stand-in"
+        (stand_in / "torchvision").mkdir(parents=True, exist_ok=True)
+        (stand_in / "torchvision" / "__init__.py").write_text("# --check only: an empty torchvision for PFLlib's import\n")
+    results: list[dict] = []
+    ceilings: dict[str, float] = {}
+    feds: dict[str, FederatedDataset] = {}
+    profile = "not run"
+    for setting_name, method, rounds in plan:
+        setting = SETTINGS[setting_name]
+        if setting_name not in feds:
+            try:
+                feds[setting_name] = build_federated(setting.config(args.data_root, "fedavg", 1, "cpu", "off"))
+            except Exception as err:  # e.g. CIFAR-100 not under --data-root
+                results.append({"setting": setting_name, "method": method, "path": "-", "note": f"no data: {err}"})
+                continue
+            fed = feds[setting_name]
+            ceilings[setting_name] = ceiling(fed, setting, device, batch=200 if args.check else 2000)
+        if setting_name not in feds:
+            continue
+        fed = feds[setting_name]
+        samples = int(fed.train_sizes().sum())
+        for path in PATHS:
+            row = {"setting": setting_name, "method": method, "path": path, "rounds": rounds, "samples": samples}
+            if clock.left < 5:
+                results.append({**row, "note": "cut: budget spent"})
+                continue
+            if path == "pfllib":
+                if METHODS[method][0] is None or setting.pfllib_model is None or not has_pfllib:
+                    continue
+                row.update(pfllib_run(pfllib, setting, fed, method, rounds, args.device,
+                                      out / "logs" / f"pfllib_{setting_name}_{method}.log", clock, stand_in))
+            else:
+                row.update(pfedkit_run(setting, fed, args, method, rounds, "on" if path == "cohort" else "off", clock))
+                if not row.pop("batched", True) and path == "cohort":
+                    row["note"] = "not batched: one client at a time (the per-client path)"
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            write_table(results, ceilings, header, out, profile)
+        if setting_name == "cifar10-20" and method == "fedavg" and clock.left > 30:
+            profile = profile_cohort_round(setting, fed, args, out / "profile.txt")
+    (out / "results.json").write_text(json.dumps({"device": name, "torch": torch.__version__, "check": args.check,
+                                                  "ceilings": ceilings, "rows": results}, indent=1))
+    print(write_table(results, ceilings, header, out, profile))
+
+
+if __name__ == "__main__":
+    main()

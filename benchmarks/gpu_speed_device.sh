@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU speed benchmark (benchmarks/gpu_speed.py) on a lent GPU machine, in one device call.
+#
+# Here, once per machine (what it makes is ignored by git through .git/info/exclude):
+#   bash benchmarks/gpu_speed_device.sh --prepare PFLLIB
+#     PFLLIB: a PFLlib checkout (a folder holding system/main.py) or its git directory (its newest commit is used).
+#     Copies the CIFAR-10 JPEG copy into .devdata/ (19 MB), PFLlib's system/ folder into .peers/PFLlib/ (0.6 MB), and
+#     downloads into .devwheels/ the wheels the GPU machine lacks (10 MB): pydantic for pfedkit; cvxpy (with clarabel,
+#     osqp, qdldl) and calmsize, which PFLlib's main.py imports. With the 30 MB of tracked files: 60 MB of the 64 MiB
+#     a call carries.
+# There (device run, carry [".devwheels", ".devdata", ".peers"], timeout_s 560):
+#   bash benchmarks/gpu_speed_device.sh [BUDGET_SECONDS]      (default 450: the benchmark's own limit)
+# Back here: tar xzf /work/.device/<N>/gpu_speed.tgz (in the repository root: benchmarks/results/gpu_speed/), commit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = --prepare ]; then
+    source=${2:?"give the PFLlib checkout or git directory"}
+    for ignored in /.devdata/ /.devwheels/ /.peers/ /.devruns/; do
+        grep -qxF "$ignored" .git/info/exclude || echo "$ignored" >> .git/info/exclude
+    done
+    rm -rf .peers/PFLlib  # afresh: partitions and models a --check wrote there are not to be carried
+    mkdir -p .devdata .peers/PFLlib .devwheels
+    cp -r ../shared/data/cifar10-jpeg .devdata/
+    if [ -f "$source/system/main.py" ]; then
+        cp -r "$source/system" .peers/PFLlib/
+    else
+        git --git-dir="$source" archive HEAD system | tar -x -C .peers/PFLlib
+    fi
+    platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+               --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $platforms \
+        -d .devwheels pydantic pydantic-core annotated-types typing-inspection tomli-w cvxpy clarabel osqp qdldl
+    python3 -m pip wheel -q --no-deps -w .devwheels calmsize  # published as a source archive only
+    du -sh .devdata .peers .devwheels
+    exit
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devwheels/*.whl \
+    || { echo "installing .devwheels failed"; exit 1; }
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+out=benchmarks/results/gpu_speed
+mkdir -p "$out"
+trap 'tar czf "$OUT/gpu_speed.tgz" "$out"' EXIT
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/nvidia_smi.txt" 2>&1
+python3 benchmarks/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-450}" --out "$out" 2>&1 \
+    | tee "$out/log.txt"
