@@ -66,7 +66,7 @@ class Setting:
     pfllib_model: Optional[str] = "CNN"  # PFLlib's -m; None: no like-with-like model there
 
     def config(self, data_root: str, method: str, rounds: int, device: str, cohort: str,
-               params: Optional[dict] = None) -> Any:
+               params: Optional[dict] = None, **run: Any) -> Any:
         return build_config({
             "data": {"dataset": self.dataset, "root": data_root, "fraction": self.fraction},
             "partition": {"scheme": "dirichlet", "clients": self.clients, "beta": 0.1},
@@ -74,7 +74,7 @@ class Setting:
             "method": {"name": method, **(params or {})},
             "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005},
             "eval": {"protocol": "pfllib", "every": 1},
-            "run": {"seed": 0, "checkpoint_every": 10_000, "device": device, "cohort": cohort},
+            "run": {"seed": 0, "checkpoint_every": 10_000, "device": device, "cohort": cohort, **run},
         })
 
 
@@ -97,7 +97,9 @@ METHODS = {
 # (setting, method, rounds), most important first: what the budget cuts is the end of this list
 PLAN = [("cifar10-20", "fedavg", 5)] + [("cifar10-20", m, 2) for m in METHODS if m != "fedavg"] + [
     ("cifar10-100", "fedavg", 2), ("cifar100-r18", "fedavg", 2)]
-PATHS = ("cohort", "per-client", "pfllib")
+PATHS = ("cohort", "per-client", "pfllib", "4-processes")
+# "4-processes": one client at a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the
+# older way to fill a GPU; timed for FedAvg on cifar10-20 only, against the cohort path in the same run
 
 
 class OutOfBudget(Exception):
@@ -114,9 +116,9 @@ class Clock:
 
 
 def pfedkit_run(setting: Setting, fed: FederatedDataset, args: argparse.Namespace, method: str, rounds: int,
-                cohort: str, clock: Clock) -> dict[str, Any]:
+                cohort: str, clock: Clock, **run: Any) -> dict[str, Any]:
     params = METHODS[method][1]
-    cfg = setting.config(args.data_root, method, rounds, args.device, cohort, params)
+    cfg = setting.config(args.data_root, method, rounds, args.device, cohort, params, **run)
 
     def within_budget(row: dict) -> None:
         if clock.left < 0:
@@ -268,7 +270,8 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
         speed = r.get("train_s")
         throughput = r.get("samples") / speed if speed and r.get("samples") and r["method"] == "fedavg" else None
         share = throughput / ceilings[r["setting"]] if throughput and r["setting"] in ceilings else None
-        compared = {"cohort": ("pfllib", "per-client"), "per-client": ("pfllib",)}.get(r["path"], ())
+        compared = {"cohort": ("pfllib", "per-client"), "per-client": ("pfllib",),
+                    "4-processes": ("pfllib", "per-client")}.get(r["path"], ())
         vs = [fmt(base[p] / speed, 1) + "x" if speed and base[p] and p in compared else "-" for p in ("pfllib", "per-client")]
         note = r.get("cut", "") or r.get("note", "")
         lines.append(f"| {r['setting']} | {r['method']} | {r['path']} | {r.get('rounds', '-')} | {fmt(speed, 3)} | "
@@ -338,7 +341,12 @@ def main() -> None:
             if clock.left < 5:
                 results.append({**row, "note": "cut: budget spent"})
                 continue
-            if path == "pfllib":
+            if path == "4-processes":
+                if (setting_name, method) != ("cifar10-20", "fedavg") or device.type != "cuda":
+                    continue
+                row.update(pfedkit_run(setting, fed, args, method, rounds, "off", clock, gpus_per_worker=0.25))
+                row.pop("batched", None)
+            elif path == "pfllib":
                 if METHODS[method][0] is None or setting.pfllib_model is None or not has_pfllib:
                     continue
                 row.update(pfllib_run(pfllib, setting, fed, method, rounds, args.device,

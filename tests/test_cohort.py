@@ -1,6 +1,8 @@
 """Cohort training (run.cohort): a round's clients trained as one batched computation equal the per-client path."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -200,3 +202,50 @@ def test_a_killed_cohort_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_
     simulate(cfg, tmp_path / "killed", resume=True, progress=False)
     got, want = read_csv(tmp_path / "killed" / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
     assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", BATCHED)
+def test_on_a_gpu_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name):
+    with torch.device("cuda"):  # as a simulation on a GPU: models, data and seeded draws there
+        method = method_for(name, images=True)
+        fed = federation(True).to(torch.device("cuda"))
+        tasks = round_tasks(method, fed, round=2)
+        want = {t.cid: method.local_update(t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
+        got = dict(Cohort(method, fed).train(tasks))
+        evaluated = dict(Cohort(method, fed).evaluate([replace(t, kind="eval") for t in tasks]))
+    for cid, (reply, state, _) in got.items():
+        assert reply["body.0.weight"].is_cuda
+        assert_states_close(reply, want[cid][0], f"{name} client {cid} reply")
+        assert_states_close(state, want[cid][1], f"{name} client {cid} state")
+    if METHODS[name].batched()[1]:
+        for t in tasks:
+            data = fed.client(t.cid)
+            with torch.device("cuda"):
+                correct, loss, n = evaluate_model(method.personalized_model(t.client, t.payload, data, 2),
+                                                  data.test_x, data.test_y)
+            assert evaluated[t.cid][0] == correct and evaluated[t.cid][1] == pytest.approx(loss, rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_run_takes_the_cohort_path_by_default_and_ends_where_the_per_client_path_does(tmp_path):
+    settings = dict(method={"name": "fedper"}, train={"rounds": 3}, eval={"point": "both"})
+    on = run_experiment(synthetic(**settings, run={"device": "cuda"}), tmp_path / "auto", progress=False)
+    off = run_experiment(synthetic(**settings, run={"device": "cuda", "cohort": "off"}), tmp_path / "off", progress=False)
+    assert abs(on["last_acc"] - off["last_acc"]) <= 0.001 and abs(on["last_acc_after"] - off["last_acc_after"]) <= 0.001
+
+
+def test_the_cohort_path_is_the_default_on_a_gpu_and_never_on_a_cpu():
+    from pfedkit.engine.cohort import cohort_settings
+
+    def run(**values):
+        return synthetic(run=values).run
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert cohort_settings(run(device="cuda"), cuda)
+    assert not cohort_settings(run(), cpu)
+    assert not cohort_settings(run(device="cuda", gpus_per_worker=0.25), cpu)  # GPU-sharing worker processes
+    assert not cohort_settings(run(device="cuda", cohort="off"), cuda)
+    assert cohort_settings(run(cohort="on"), cpu)
