@@ -16,7 +16,8 @@ from pfedkit.methods import METHODS
 from pfedkit.models.base import SplitModel
 from pfedkit.records import MethodContext, TrainSettings
 
-BATCHED = ["fedavg", "local", "fedper", "fedrep", "ditto", "fedprox", "fedbabu", "lg-fedavg", "fedavg-ft"]
+BATCHED = ["fedavg", "local", "fedper", "fedrep", "ditto", "fedprox", "fedbabu", "lg-fedavg", "fedavg-ft", "fedpac",
+           "fedpac-proto", "pgfedsplit", "pgfedsplit-no-apa", "pgfedsplit-no-gau", "pgfedsplit-no-both"]
 SIZES = [13, 7, 22, 1]  # unequal, partial last batches, a client of one sample
 
 
@@ -50,20 +51,25 @@ def method_for(name: str, images: bool, **train):
                     augment="crop-flip" if images else "none")
     settings.update(train)
     cls = METHODS[name]
-    params = {"head_epochs": 2} if name == "fedrep" else {}
+    params = {"fedrep": {"head_epochs": 2}}.get(name, {})
+    if name.startswith("pgfedsplit"):
+        params = {"period_init": 1}  # a head aggregated every round: the next round mixes it in (alpha)
     ctx = MethodContext(bn_image_model if images else flat_model, TrainSettings(**settings), num_classes=3, seed=3)
     return cls(cls.validate_params(params), ctx)
 
 
 def round_tasks(method, fed, round: int, kind: str = "train", evaluate_after: bool = False) -> list[Task]:
+    """The tasks of `round` after a round played one client at a time (so prototypes, a delivered head, moved
+    personal parts are there to be used)."""
     server = method.init_server()
-    server = {k: v + 0.01 * torch.randn_like(v) if torch.is_floating_point(v) else v for k, v in server.items()}
-    tasks = []
-    for cid in range(fed.num_clients):
-        client = method.init_client(cid, fed.client(cid))
-        tasks.append(Task(kind, cid, round, method.broadcast(server, round, cid), client, len(fed.train_idx[cid]),
-                          evaluate_after))
-    return tasks
+    clients = {cid: method.init_client(cid, fed.client(cid)) for cid in range(fed.num_clients)}
+    replies = {}
+    for cid in clients:
+        replies[cid], clients[cid] = method.local_update(method.broadcast(server, round - 1, cid), clients[cid],
+                                                         fed.client(cid), round - 1)
+    server = method.aggregate(server, replies, round - 1)
+    return [Task(kind, cid, round, method.broadcast(server, round, cid), clients[cid], len(fed.train_idx[cid]),
+                 evaluate_after) for cid in clients]
 
 
 def assert_states_close(got: dict, want: dict, what: str) -> None:
@@ -103,7 +109,7 @@ def test_clients_in_chunks_give_the_same_as_one_cohort():
         assert_states_close(chunked[cid][0], whole[cid][0], f"client {cid}")
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local"])
+@pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local", "fedpac"])
 def test_batched_evaluation_equals_each_client_on_its_own(name):
     method, fed = method_for(name, images=True), federation(True, sizes=[13, 7, 22, 2, 30])
     tasks = round_tasks(method, fed, round=1, kind="eval")
@@ -143,7 +149,8 @@ def test_functional_sgd_equals_torch_sgd_with_momentum_and_weight_decay():
 def test_methods_that_cannot_be_batched_say_so():
     assert METHODS["fedavg"].batched() == (True, True)
     assert METHODS["fedavg-ft"].batched() == (True, False)  # fine-tuning before evaluation is written as code
-    assert METHODS["fedafk"].batched() == (False, False)
+    assert METHODS["fedafk"].batched() == (False, False)  # three models stepped batch by batch: written as code
+    assert METHODS["pgfedsplit"].batched() == (True, False)  # evaluation mixes a delivered head in first
 
 
 def test_a_cohort_inside_the_default_device_mode_of_a_gpu_run():

@@ -127,14 +127,15 @@ def test_pgfedsplit_runs_through_the_engine(tmp_path, name):
 
 @pytest.mark.parametrize("distance", ["mse", "squared-norm"])
 def test_the_prototype_term_in_both_readings_of_eq_14(distance):
-    method = make("pgfedsplit", params={"proto_distance": distance})
+    from pfedkit.methods.pgfedsplit import prototype_distance
+
     z = torch.tensor([[1.0, 2.0, 3.0], [0.0, 1.0, 0.0], [2.0, 2.0, 2.0]])
     labels = torch.tensor([0, 1, 1])
     protos = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     # by hand: ||z - p_y||^2 per sample = 14, 2, 3; Eq. 14 as written averages them over the batch
     squared_norm = (14 + 2 + 3) / 3
-    got = method.prototype_term(z, labels, protos, torch.tensor([True, True]))
+    got = prototype_distance(z, labels, protos, torch.tensor([True, True]), distance)
     assert float(got) == pytest.approx(squared_norm if distance == "squared-norm" else squared_norm / 3)
     # a class without a global prototype adds nothing
-    assert float(method.prototype_term(z, labels, protos, torch.tensor([False, True]))) == pytest.approx(
+    assert float(prototype_distance(z, labels, protos, torch.tensor([False, True]), distance)) == pytest.approx(
         (2 + 3) / 3 / (1 if distance == "squared-norm" else 3))

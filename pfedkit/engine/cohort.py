@@ -14,7 +14,7 @@ value back to the host.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
@@ -137,8 +137,8 @@ class Cohort:
                 chunk = [prepared[i] for i in members[start:start + size]]
                 trained = self.run_plans([plan for _, _, _, plan in chunk], [data for _, _, data, _ in chunk],
                                          chunk[0][0].round)
-                for (task, client, data, _), weights in zip(chunk, trained):
-                    reply, state = method.plan_result(weights, task.payload, client, data, task.round)
+                for (task, client, data, plan), weights in zip(chunk, trained):
+                    reply, state = method.plan_result(weights, plan, data, task.round)
                     after = None
                     if task.evaluate_after:  # as the per-client path: its own seeded draws
                         with seeded_torch(method.ctx.seed, task.round, task.cid, "after-local-eval"):
@@ -153,24 +153,34 @@ class Cohort:
         for index, phase in enumerate(plans[0].phases):
             if phase.model not in used:
                 used.append(phase.model)
-            given = stack([plan.phases[index].given for plan in plans]) if phase.given else {}
-            self.run_phase(stacks[phase.model], phase, given, datas, round)
+            self.run_phase(stacks[phase.model], [plan.phases[index] for plan in plans], datas, round)
         return [{name: {key: value[slot].detach().clone() for key, value in stacks[name].items()} for name in used}
                 for slot in range(len(plans))]
 
-    def run_phase(self, weights: dict[str, torch.Tensor], phase: Phase, given: dict[str, torch.Tensor],
-                  datas: list[ClientData], round: int) -> None:
-        method, cfg = self.method, self.method.ctx.train
+    def run_phase(self, weights: dict[str, torch.Tensor], phases: list[Phase], datas: list[ClientData],
+                  round: int) -> None:
+        """One phase of every client's plan (the same but for their tensors) on the stacked weights, in place."""
+        method, cfg, phase = self.method, self.method.ctx.train, phases[0]
+        given = stack([p.given for p in phases]) if phase.given else {}
         template = method.working_model(phase.model)
         lr = cfg.lr if phase.lr is None else phase.lr
         momentum = cfg.momentum if phase.momentum is None else phase.momentum
         weight_decay = cfg.weight_decay if phase.weight_decay is None else phase.weight_decay
         param_names = [name for name, _ in template.named_parameters()]
         pool_x, pool_y, rows = self.fed.train_x, self.fed.train_y, [self.train_rows(d.cid) for d in datas]
-        if phase.head_features and deterministic_body(template) and cfg.augment == "none":
-            # as fit_head: the head trains on features computed once through the frozen body
-            pool_y = torch.cat([pool_y[r] for r in rows])
-            pool_x, rows = self.features(template, weights, rows)
+        head_inputs = phase.head_inputs is not None
+        if head_inputs or (phase.head_features and deterministic_body(template) and cfg.augment == "none"):
+            # the head alone, on given inputs (an embedding set) or, as fit_head, on features computed once
+            if head_inputs:
+                pool_x = torch.cat([p.head_inputs[0] for p in phases])
+                pool_y = torch.cat([p.head_inputs[1] for p in phases])
+                sizes = [len(p.head_inputs[1]) for p in phases]
+                starts = np.cumsum([0] + sizes[:-1]).tolist()
+                rows = [torch.arange(a, a + n, device=self.device) for a, n in zip(starts, sizes)]
+                datas = [replace(d, train_x=p.head_inputs[0], train_y=p.head_inputs[1]) for d, p in zip(datas, phases)]
+            else:
+                pool_y = torch.cat([pool_y[r] for r in rows])
+                pool_x, rows = self.features(template, weights, rows)
             template = SplitModel(nn.Identity(), template.head, template.feature_dim)
             param_names = [name for name in param_names if part_of(name) == "head"]
             weights = {key: value for key, value in weights.items() if part_of(key) == "head"}

@@ -173,7 +173,11 @@ class Method:
         return {}
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        raise NotImplementedError
+        """Runs the method's plan (`local_plan`) for this client; a method without one writes this hook itself."""
+        plan = self.local_plan(payload, client, data, round)
+        if plan is None:
+            raise NotImplementedError(f"{self.name} states neither local_update nor local_plan")
+        return self.plan_result(self.run_plan(plan, data, round), plan, data, round)
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         return server
@@ -192,9 +196,10 @@ class Method:
         time). A method returning a plan also states `plan_result`, and its `local_update` runs the plan."""
         return None
 
-    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
-                    round: int) -> tuple[State, State]:
-        """The reply and the new client state from the plan's trained models (`trained`: model name -> weights)."""
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
+        """The reply and the new client state from the plan's trained models (`trained`: model name -> weights) and
+        what the plan noted (`plan.notes`)."""
         raise NotImplementedError
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> Optional[State]:
@@ -221,6 +226,10 @@ class Method:
                    purpose=phase.purpose)
         if phase.head_features:
             return self.fit_head(model, data, round, **sgd)
+        if phase.head_inputs is not None:
+            features, labels = phase.head_inputs
+            head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
+            return self.fit(head_only, replace(data, train_x=features, train_y=labels), round, parts=("head",), **sgd)
         given, loss = phase.given, phase.loss
 
         def loss_fn(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

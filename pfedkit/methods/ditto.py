@@ -35,8 +35,8 @@ class Ditto(PartSharing):
         return LocalPlan({"personal": self.model_weights(client), "main": self.model_weights(payload)},
                          [personal, Phase()])
 
-    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
-                    round: int) -> tuple[State, State]:
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
         return {**trained["main"], "num_samples": data.num_train}, trained["personal"]
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:

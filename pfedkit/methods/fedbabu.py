@@ -28,8 +28,8 @@ class FedBABU(PartSharing):
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         return LocalPlan({"main": self.model_weights(payload, self.random_head())}, [Phase(parts=("body",))])
 
-    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
-                    round: int) -> tuple[State, State]:
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
         return {**select(trained["main"], ("body",)), "num_samples": data.num_train}, {}
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:

@@ -13,6 +13,8 @@ of client j's class prototypes through client i's head (../shared/spec/methods.m
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
 from typing import Literal, Mapping, Optional
 
 import numpy as np
@@ -23,6 +25,7 @@ from scipy.optimize import minimize
 from torch import nn
 
 from pfedkit.methods.base import HyperParams, Method, add_prefix, register, select, strip_prefix, variant, weighted_mean
+from pfedkit.methods.plan import LocalPlan, Net, Phase, PhaseLoss
 from pfedkit.methods.prototypes import (
     aggregate_prototypes,
     class_means,
@@ -30,7 +33,6 @@ from pfedkit.methods.prototypes import (
     eval_features,
     prototype_mse,
 )
-from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
 
 HEAD_KEY = "combined_head.{cid}."  # server-side store of each client's combined head
@@ -88,6 +90,16 @@ def simplex_qp(matrix: np.ndarray, min_weight: float = 0.0) -> Optional[np.ndarr
     return weights / weights.sum() if weights.sum() > 0 else None
 
 
+@lru_cache(maxsize=None)  # one loss per weight: clients share a cohort phase
+def aligned(weight: float) -> PhaseLoss:
+    """CE + weight * MSE of the features to their class's target centroid (FedPAC Eq. 7), where one is available."""
+    def loss(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+             given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        z = net.body(x)
+        return F.cross_entropy(net.head(z), y) + weight * prototype_mse(z, y, given["targets"], given["available"])
+    return loss
+
+
 def combine_heads(heads: list[State], weights: torch.Tensor) -> State:
     """sum_j w_j * head_j, entry by entry."""
     return {k: sum(float(w) * h[k] for w, h in zip(weights, heads)) for k in heads[0]}
@@ -112,29 +124,33 @@ class FedPAC(Method):
         return {**select(server, ("body",)), "protos": server["protos"], "proto_counts": server["proto_counts"],
                 **own_head}
 
-    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         p, C = self.params, self.ctx.num_classes
         model = self.load(client, payload)  # the combined head, when the server has one for this client, wins
-        x, y = data.train_x, data.train_y
-        received = eval_features(model, x)  # features of the received global body
-        variance, label_means = feature_statistics(received, y, C)
-        local_means, local_counts = class_means(received, y, C)  # fallback centroids, before training
-        self.fit_head(model, data, round, epochs=p.head_epochs, lr=p.head_lr)
+        received = eval_features(model, data.train_x)  # features of the received global body
+        variance, label_means = feature_statistics(received, data.train_y, C)
+        local_means, local_counts = class_means(received, data.train_y, C)  # fallback centroids, before training
+        head = Phase(parts=("head",), epochs=p.head_epochs, lr=p.head_lr, purpose="head", head_features=True)
+        body = Phase(parts=("body",), purpose="body")
         has_global = payload["proto_counts"] > 0
         if bool(has_global.any()) and p.align_weight > 0:  # no centroids yet in the first round: CE only
             targets = torch.where(has_global.unsqueeze(1), payload["protos"], local_means)
-            available = has_global | (local_counts > 0)
+            body = replace(body, loss=aligned(p.align_weight),
+                           given={"targets": targets, "available": has_global | (local_counts > 0)})
+        return LocalPlan({"main": self.state_of(model)}, [head, body],
+                         notes={"feature_var": variance, "label_means": label_means})
 
-            def loss_fn(m: SplitModel, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-                z = m.body(xb)
-                return F.cross_entropy(m.head(z), yb) + p.align_weight * prototype_mse(z, yb, targets, available)
-        else:
-            loss_fn = None
-        self.fit(model, data, round, parts=("body",), loss_fn=loss_fn, purpose="body")
-        protos, counts = class_means(eval_features(model, x), y, C)  # with the trained body (Eq. 8)
-        reply = {**self.state_of(model), "protos": protos, "proto_counts": counts, "feature_var": variance,
-                 "label_means": label_means, "num_samples": data.num_train}
-        return reply, self.state_of(model, ("head",))
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
+        model = self.load(trained["main"])
+        protos, counts = class_means(eval_features(model, data.train_x), data.train_y, self.ctx.num_classes)  # Eq. 8
+        reply = {**trained["main"], "protos": protos, "proto_counts": counts, **plan.notes,
+                 "num_samples": data.num_train}
+        return reply, select(trained["main"], ("head",))
+
+    def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
+        merged = {**client, **payload}
+        return {key: merged[key] for key in self.model.state_dict()}
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         if not replies:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
 from typing import Callable, Literal, Mapping, Optional
 
 import numpy as np
@@ -31,6 +32,7 @@ from pfedkit.methods.base import (
     variant,
     weighted_mean,
 )
+from pfedkit.methods.plan import LocalPlan, Net, Phase, PhaseLoss
 from pfedkit.methods.prototypes import aggregate_prototypes, eval_features, local_prototypes, prototype_mse
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -105,6 +107,25 @@ def synthetic_embeddings(label_shares: torch.Tensor, local_count: int, ratio: fl
     return means[labels] + std * noise, labels
 
 
+@lru_cache(maxsize=None)  # one loss per setting: clients share a cohort phase
+def prototype_pull(weight: float, distance: str) -> PhaseLoss:
+    """CE + lambda * Eq. 14's distance (`prototype_distance`) in the proto_distance reading."""
+    def loss(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+             given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        z = net.body(x)
+        return F.cross_entropy(net.head(z), y) + weight * prototype_distance(z, y, given["protos"], given["available"],
+                                                                             distance)
+    return loss
+
+
+def prototype_distance(features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, available: torch.Tensor,
+                       distance: str) -> torch.Tensor:
+    """Eq. 14's distance of each feature to its class's global prototype, batch mean: the MSE over the feature
+    dimensions, or the squared norm as written (d times the MSE)."""
+    mse = prototype_mse(features, labels, protos, available)
+    return mse * features.shape[-1] if distance == "squared-norm" else mse
+
+
 def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -> nn.Module:
     model.head.load_state_dict(strip_prefix(state, prefix))
     return model.head
@@ -171,34 +192,29 @@ class PGFedSplit(Method):
                 p.mul_(alpha).add_(payload[AGG + name], alpha=1 - alpha)
         return alpha
 
-    def prototype_term(self, features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor,
-                       available: torch.Tensor) -> torch.Tensor:
-        """Eq. 14's distance of each feature to its class's global prototype, batch mean, in the proto_distance reading."""
-        mse = prototype_mse(features, labels, protos, available)
-        return mse * features.shape[1] if self.params.proto_distance == "squared-norm" else mse
-
-    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         p, cfg = self.params, self.ctx.train
         model = self.load(payload, client)
         z, y = self.embedding_set(model, payload, data, round)
         alpha = self.adapt_head(model, payload, client, z, y, round)
-        head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
-        self.fit(head_only, replace(data, train_x=z, train_y=y), round, parts=("head",),
-                 epochs=p.head_epochs or cfg.local_epochs, purpose="head")
+        head = Phase(parts=("head",), epochs=p.head_epochs or cfg.local_epochs, purpose="head", head_inputs=(z, y))
+        body = Phase(parts=("body",), purpose="body")
         available = payload["proto_counts"] > 0
-        loss_fn = None
         if bool(available.any()) and p.proto_weight > 0:
-            def loss_fn(m: SplitModel, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-                features = m.body(xb)
-                return F.cross_entropy(m.head(features), yb) + p.proto_weight * self.prototype_term(
-                    features, yb, payload["protos"], available)
-        self.fit(model, data, round, parts=("body",), loss_fn=loss_fn, purpose="body")
-        reply = {**self.state_of(model), **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
-                 "num_samples": data.num_train}
-        if alpha is not None:
-            reply["alpha"] = alpha
+            body = replace(body, loss=prototype_pull(p.proto_weight, p.proto_distance),
+                           given={"protos": payload["protos"], "available": available})
         last = round if alpha is not None else int(client["last_adapted"])
-        return reply, {**self.state_of(model, ("head",)), "last_adapted": last}
+        return LocalPlan({"main": self.state_of(model)}, [head, body],
+                         notes={"last_adapted": last, **({} if alpha is None else {"alpha": alpha})})
+
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
+        model = self.load(trained["main"])
+        reply = {**trained["main"], **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
+                 "num_samples": data.num_train}
+        if "alpha" in plan.notes:
+            reply["alpha"] = plan.notes["alpha"]
+        return reply, {**select(trained["main"], ("head",)), "last_adapted": plan.notes["last_adapted"]}
 
     # ---- server ----
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:

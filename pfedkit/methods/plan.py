@@ -62,18 +62,25 @@ class Phase:
     loss: PhaseLoss = cross_entropy
     given: Mapping[str, torch.Tensor] = field(default_factory=dict)
     head_features: bool = False  # a head-only phase may train on features computed once (`Method.fit_head`)
+    # the head alone trains on these (features, labels) in place of the client's training set (an embedding set)
+    head_inputs: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 
     def __post_init__(self) -> None:
-        if self.head_features and (self.parts != ("head",) or self.loss is not cross_entropy):
-            raise ValueError("head_features is for a phase that trains the head alone on cross-entropy")
+        head_only = self.head_features or self.head_inputs is not None
+        if head_only and self.parts != ("head",):
+            raise ValueError("head_features and head_inputs are for a phase that trains the head alone")
+        if self.head_features and self.loss is not cross_entropy:
+            raise ValueError("head_features is for a phase that trains the head on cross-entropy")
 
     def shape(self) -> tuple[Any, ...]:
         """What must match for clients to share a cohort phase (everything but the per-client tensors)."""
         return (self.model, self.parts, self.epochs, self.purpose, self.lr, self.momentum, self.weight_decay,
-                self.loss, self.head_features, tuple((k, tuple(v.shape)) for k, v in self.given.items()))
+                self.loss, self.head_features, self.head_inputs is None,
+                tuple((k, tuple(v.shape)) for k, v in self.given.items()))
 
 
 @dataclass
 class LocalPlan:
     models: dict[str, State]  # each model's starting weights, every key of the model
     phases: list[Phase]
+    notes: State = field(default_factory=dict)  # what the plan's maker computed that `plan_result` needs

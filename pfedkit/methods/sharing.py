@@ -30,12 +30,11 @@ class PartSharing(Method):
         return dict(server)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        plan = self.local_plan(payload, client, data, round)
-        if plan is not None:
-            return self.plan_result(self.run_plan(plan, data, round), payload, client, data, round)
+        if not self.trains_in_code() or type(self).local_plan is not PartSharing.local_plan:
+            return super().local_update(payload, client, data, round)
         model = self.load(payload, client)
         self.train_locally(model, payload, data, round)
-        return self.plan_result({"main": self.state_of(model)}, payload, client, data, round)
+        return self.plan_result({"main": self.state_of(model)}, LocalPlan({}, []), data, round)
 
     def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
         """Training a subclass writes as code (not batchable); a batchable one states `local_phases` instead."""
@@ -62,8 +61,8 @@ class PartSharing(Method):
             return None
         return LocalPlan({"main": self.model_weights(payload, client)}, self.local_phases(payload, client, data, round))
 
-    def plan_result(self, trained: dict[str, State], payload: State, client: State, data: ClientData,
-                    round: int) -> tuple[State, State]:
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
         weights = trained["main"]
         return {**select(weights, self.shared), "num_samples": data.num_train}, select(weights, self.personal)
 
