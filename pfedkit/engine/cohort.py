@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -26,31 +26,12 @@ from torch.func import functional_call, vmap
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
 from pfedkit.methods.base import Method, deterministic_body, part_of, strip_prefix, uses_batchnorm
-from pfedkit.methods.plan import LocalPlan, Phase
+from pfedkit.methods.plan import Apply, FunctionalNet, Joint, LocalPlan, Phase, sgd_step
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
 from pfedkit.seeding import seeded_torch, torch_generator
 
 EVAL_SAMPLES = 8192  # samples in one batched evaluation pass, over all the clients in it
-
-
-class FunctionalNet:
-    """A SplitModel's forward with given weights (per client, under vmap): what a phase's loss calls as `net`."""
-
-    def __init__(self, model: SplitModel, weights: Mapping[str, torch.Tensor]):
-        self.model, self.weights = model, weights
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model, dict(self.weights), (x,))
-
-    def body(self, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model.body, strip_prefix(self.weights, "body."), (x,))
-
-    def head(self, features: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model.head, strip_prefix(self.weights, "head."), (features,))
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
 
 
 def has_dropout(model: nn.Module) -> bool:
@@ -65,25 +46,6 @@ def no_device_mode() -> Any:
 
 def stack(states: list[State]) -> dict[str, torch.Tensor]:
     return {key: torch.stack([state[key] for state in states]) for key in states[0]}
-
-
-def sgd_step(params: list[torch.Tensor], grads: list[Optional[torch.Tensor]], momenta: Optional[list[torch.Tensor]],
-             lr: float, momentum: float, weight_decay: float) -> None:
-    """torch.optim.SGD's update (no dampening, no Nesterov) in place; a tensor without a gradient is skipped, as
-    SGD skips a parameter whose grad is None. A momentum buffer starting at zero equals SGD's first-step copy."""
-    keep = [i for i, g in enumerate(grads) if g is not None]
-    if not keep:
-        return
-    p = [params[i] for i in keep]
-    d = [grads[i] for i in keep]
-    if weight_decay:
-        d = torch._foreach_add(d, p, alpha=weight_decay)
-    if momentum:
-        m = [momenta[i] for i in keep]
-        torch._foreach_mul_(m, momentum)
-        torch._foreach_add_(m, d)
-        d = m
-    torch._foreach_add_(p, d, alpha=-lr)
 
 
 @dataclass
@@ -149,13 +111,50 @@ class Cohort:
     def run_plans(self, plans: list[LocalPlan], datas: list[ClientData], round: int) -> list[dict[str, State]]:
         """Every client's plan at once; each client's trained weights by model name."""
         stacks = {name: stack([plan.models[name] for plan in plans]) for name in plans[0].models}
-        used = []
-        for index, phase in enumerate(plans[0].phases):
-            if phase.model not in used:
-                used.append(phase.model)
-            self.run_phase(stacks[phase.model], [plan.phases[index] for plan in plans], datas, round)
-        return [{name: {key: value[slot].detach().clone() for key, value in stacks[name].items()} for name in used}
-                for slot in range(len(plans))]
+        for index, stage in enumerate(plans[0].phases):
+            if isinstance(stage, Joint):
+                self.run_joint(stacks, stage, datas, round)
+            elif isinstance(stage, Apply):
+                with torch.no_grad():
+                    stage.fn(stacks)
+            else:
+                self.run_phase(stacks[stage.model], [plan.phases[index] for plan in plans], datas, round)
+        return [{name: {key: value[slot].detach().clone() for key, value in stacks[name].items()}
+                 for name in plans[0].trained_models()} for slot in range(len(plans))]
+
+    def run_joint(self, stacks: dict[str, dict[str, torch.Tensor]], stage: Joint, datas: list[ClientData],
+                  round: int) -> None:
+        """A step the method writes, over several stacked models, on every batch of the clients' shared schedule."""
+        rows = [self.train_rows(d.cid) for d in datas]
+        augment = self.method.ctx.train.augment == "crop-flip" and self.fed.train_x.dim() == 4
+        schedule = self.schedule(stage, datas, rows, round, augment=augment, drop_single=stage.drop_single)
+        self.run_steps(stacks, schedule, self.fed.train_x, self.fed.train_y, stage.step)
+
+    def run_steps(self, state: dict[str, dict[str, torch.Tensor]], schedule: "Schedule", pool_x: torch.Tensor,
+                  pool_y: torch.Tensor, step: Callable[[dict, torch.Tensor, torch.Tensor], None]) -> None:
+        """`step(view, x, y)` for each step of the schedule, once per batch size among the step's clients: `view`
+        holds the stacks of those clients (the stacks themselves when all take part, else copies written back after)
+        and changes them in place."""
+        with no_device_mode():
+            for t in range(len(schedule.sizes)):
+                for size, slots in schedule.groups(t):
+                    if slots is None:
+                        view, rows = state, schedule.rows[t, :, :size]
+                        draws = None if schedule.draws is None else schedule.draws[t, :, :size]
+                    else:
+                        index = self.slot_index(slots)
+                        view = {name: {k: v.index_select(0, index) for k, v in part.items()} for name, part in state.items()}
+                        rows = schedule.rows[t].index_select(0, index)[:, :size]
+                        draws = None if schedule.draws is None else schedule.draws[t].index_select(0, index)[:, :size]
+                    x = pool_x[rows]
+                    if draws is not None:
+                        x = apply_crop_flip(x, draws)
+                    step(view, x, pool_y[rows])
+                    if slots is not None:
+                        with torch.no_grad():
+                            for name, part in view.items():
+                                for k, value in part.items():
+                                    state[name][k].index_copy_(0, index, value)
 
     def run_phase(self, weights: dict[str, torch.Tensor], phases: list[Phase], datas: list[ClientData],
                   round: int) -> None:
@@ -196,52 +195,19 @@ class Cohort:
             return loss(FunctionalNet(template, every), {n: every[n] for n in param_names}, x, y, given_c)
 
         batched_loss = vmap(client_loss)
-        moved = [key for key in fixed if key not in param_names]  # buffers: BatchNorm moves them in training
 
-        def step(t: int, size: int, slots: Optional[np.ndarray]) -> None:
-            """One SGD step of the clients in `slots` (None: all of them) on their t-th batches, all of `size`."""
-            if slots is None:
-                rows = schedule.rows[t, :, :size]
-                train_w = {n: weights[n] for n in trained}
-                fixed_w = {k: weights[k] for k in fixed}  # BatchNorm updates its running statistics in place, here
-                given_s = given
-                moms = [momenta[n] for n in trained] if momentum else None
-                draws = None if schedule.draws is None else schedule.draws[t, :, :size]
-            else:
-                index = self.slot_index(slots)
-                rows = schedule.rows[t].index_select(0, index)[:, :size]
-                train_w = {n: weights[n].detach().index_select(0, index).requires_grad_(True) for n in trained}
-                fixed_w = {k: weights[k].index_select(0, index) for k in fixed}
-                given_s = {k: v.index_select(0, index) for k, v in given.items()}
-                moms = [momenta[n].index_select(0, index) for n in trained] if momentum else None
-                draws = None if schedule.draws is None else schedule.draws[t].index_select(0, index)[:, :size]
-            x = pool_x[rows]
-            if draws is not None:
-                x = apply_crop_flip(x, draws)
-            losses = batched_loss(train_w, fixed_w, x, pool_y[rows], given_s)
+        def step(view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
+            w = view["weights"]
+            train_w = {n: w[n].detach().requires_grad_(True) for n in trained}  # leaves sharing the stacks' storage
+            fixed_w = {k: w[k] for k in fixed}  # BatchNorm updates its running statistics in place, here
+            losses = batched_loss(train_w, fixed_w, x, y, view["given"])
             params = list(train_w.values())
             grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)
             with torch.no_grad():
-                sgd_step(params, list(grads), moms, lr, momentum, weight_decay)
-                if slots is not None:  # back into the stacks: weights, moved BatchNorm statistics, momenta
-                    for n, value in train_w.items():
-                        weights[n].index_copy_(0, index, value)
-                    for k in moved:
-                        weights[k].index_copy_(0, index, fixed_w[k])
-                    for n, value in zip(trained, moms or ()):
-                        momenta[n].index_copy_(0, index, value)
+                sgd_step(params, list(grads), list(view["momenta"].values()) or None, lr, momentum, weight_decay)
 
         template.train()
-        for name in trained:
-            weights[name].requires_grad_(True)
-        try:
-            with no_device_mode():
-                for t in range(len(schedule.sizes)):
-                    for size, slots in schedule.groups(t):
-                        step(t, size, slots)
-        finally:
-            for name in trained:
-                weights[name].requires_grad_(False)
+        self.run_steps({"weights": weights, "momenta": momenta, "given": given}, schedule, pool_x, pool_y, step)
 
     def slot_index(self, slots: np.ndarray) -> torch.Tensor:
         key = tuple(slots.tolist())

@@ -216,6 +216,9 @@ class Method:
         """The plan for one client, phase by phase with `fit` (the reference the cohort path is tested against)."""
         models: dict[str, SplitModel] = {}
         for phase in plan.phases:
+            if not isinstance(phase, Phase):
+                raise PfedkitError(f"{self.name}: a plan with joint steps runs in a cohort only; one client at a "
+                                   "time, the method's own local_update runs it")
             if phase.model not in models:
                 models[phase.model] = self.load(plan.models[phase.model], slot=phase.model)
             self.run_phase(models[phase.model], phase, data, round)

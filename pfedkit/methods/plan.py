@@ -16,8 +16,9 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call, vmap
 
-from pfedkit.models.base import PARTS
+from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import State
 
 
@@ -79,8 +80,94 @@ class Phase:
                 tuple((k, tuple(v.shape)) for k, v in self.given.items()))
 
 
+@dataclass(frozen=True)
+class Joint:
+    """Several models stepped together on every batch by a step the method writes over stacked tensors (FedAFK's
+    global, personal and mixing-weight steps on each batch). `step(view, x, y)`: `view[model][key]` holds the
+    clients' tensors stacked along a leading dimension (changes made in place stay), x [G, B, ...] and y [G, B] their
+    batches. The cohort path alone runs it; one client at a time, the method's own local_update is the reference."""
+
+    step: Callable[[dict, torch.Tensor, torch.Tensor], None]
+    epochs: int = 1
+    purpose: str = "train"
+    drop_single: bool = False
+
+    def shape(self) -> tuple[Any, ...]:
+        return ("joint", self.step, self.epochs, self.purpose, self.drop_single)
+
+
+@dataclass(frozen=True)
+class Apply:
+    """A change of the stacked models between phases, `fn(stacks)` in place (FedAFK's mixing after an epoch)."""
+
+    fn: Callable[[dict], None]
+
+    def shape(self) -> tuple[Any, ...]:
+        return ("apply", self.fn)
+
+
 @dataclass
 class LocalPlan:
-    models: dict[str, State]  # each model's starting weights, every key of the model
-    phases: list[Phase]
+    models: dict[str, State]  # each model's starting weights (or other per-client tensors: a mixing weight)
+    phases: list[Phase | Joint | Apply]
     notes: State = field(default_factory=dict)  # what the plan's maker computed that `plan_result` needs
+    results: tuple[str, ...] = ()  # the models handed to plan_result; () = those the phases train
+
+    def trained_models(self) -> tuple[str, ...]:
+        if self.results:
+            return self.results
+        return tuple(dict.fromkeys(p.model for p in self.phases if isinstance(p, Phase)))
+
+
+class FunctionalNet:
+    """A SplitModel's forward with given weights (per client, under vmap): what a phase's loss calls as `net`."""
+
+    def __init__(self, model: SplitModel, weights: Mapping[str, torch.Tensor]):
+        self.model, self.weights = model, weights
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.model, dict(self.weights), (x,))
+
+    def body(self, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.model.body, self.part("body"), (x,))
+
+    def head(self, features: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.model.head, self.part("head"), (features,))
+
+    def part(self, name: str) -> dict[str, torch.Tensor]:
+        cut = len(name) + 1
+        return {k[cut:]: v for k, v in self.weights.items() if k.startswith(name + ".")}
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def batched_grads(loss: Callable[..., torch.Tensor], trained: Mapping[str, torch.Tensor], *inputs: Any
+                  ) -> dict[str, Optional[torch.Tensor]]:
+    """Every client's gradient of its own loss, `loss(trained_c, *inputs_c)`, over a leading client dimension: the
+    clients' losses are independent, so the gradient of their sum is each client's own. None where unused."""
+    leaves = {k: v.detach().requires_grad_(True) for k, v in trained.items()}
+    losses = vmap(loss)(leaves, *inputs)
+    grads = torch.autograd.grad(losses.sum(), list(leaves.values()), allow_unused=True)
+    return dict(zip(leaves, grads))
+
+
+def sgd_step(params: list[torch.Tensor], grads: list[Optional[torch.Tensor]], momenta: Optional[list[torch.Tensor]],
+             lr: float, momentum: float, weight_decay: float) -> None:
+    """torch.optim.SGD's update (no dampening, no Nesterov) in place; a tensor without a gradient is skipped, as
+    SGD skips a parameter whose grad is None. A momentum buffer starting at zero equals SGD's first-step copy."""
+    keep = [i for i, g in enumerate(grads) if g is not None]
+    if not keep:
+        return
+    p = [params[i] for i in keep]
+    d = [grads[i] for i in keep]
+    if weight_decay:
+        d = torch._foreach_add(d, p, alpha=weight_decay)
+    if momentum:
+        m = [momenta[i] for i in keep]
+        torch._foreach_mul_(m, momentum)
+        torch._foreach_add_(m, d)
+        d = m
+    torch._foreach_add_(p, d, alpha=-lr)
+
+
