@@ -17,7 +17,8 @@ from pfedkit.models.base import SplitModel
 from pfedkit.records import MethodContext, TrainSettings
 
 BATCHED = ["fedavg", "local", "fedper", "fedrep", "ditto", "fedprox", "fedbabu", "lg-fedavg", "fedavg-ft", "fedpac",
-           "fedpac-proto", "pgfedsplit", "pgfedsplit-no-apa", "pgfedsplit-no-gau", "pgfedsplit-no-both"]
+           "fedpac-proto", "pgfedsplit", "pgfedsplit-no-apa", "pgfedsplit-no-gau", "pgfedsplit-no-both", "fedafk",
+           "fedafk-no-afa", "fedafk-no-kt", "fedafk-no-both"]
 SIZES = [13, 7, 22, 1]  # unequal, partial last batches, a client of one sample
 
 
@@ -77,6 +78,8 @@ def assert_states_close(got: dict, want: dict, what: str) -> None:
     for key in want:
         if isinstance(want[key], torch.Tensor):
             assert torch.allclose(got[key].float(), want[key].float(), atol=2e-5, rtol=1e-4), f"{what}: {key}"
+        elif isinstance(want[key], float):  # a scalar state (FedAFK's mu)
+            assert got[key] == pytest.approx(want[key], abs=1e-6), f"{what}: {key}"
         else:
             assert got[key] == want[key], f"{what}: {key}"
 
@@ -149,7 +152,20 @@ def test_functional_sgd_equals_torch_sgd_with_momentum_and_weight_decay():
 def test_methods_that_cannot_be_batched_say_so():
     assert METHODS["fedavg"].batched() == (True, True)
     assert METHODS["fedavg-ft"].batched() == (True, False)  # fine-tuning before evaluation is written as code
-    assert METHODS["fedafk"].batched() == (False, False)  # three models stepped batch by batch: written as code
+    assert METHODS["fedamp"].batched() == (False, False)
+    assert METHODS["fedafk"].batched() == (True, True)  # three models stepped together: a joint step
+
+
+def test_a_reading_written_as_code_only_trains_one_client_at_a_time_inside_a_cohort():
+    method = method_for("fedafk", images=False)
+    method.params = method.validate_params({"mu_gradient": "apfl"})  # PFLlib's APFL step: no plan
+    fed = federation(False)
+    tasks = round_tasks(method, fed, round=1)
+    assert method.local_plan(tasks[0].payload, tasks[0].client, fed.client(0), 1) is None
+    got = dict(Cohort(method, fed).train(tasks))
+    for t in tasks:
+        reply, state = method.local_update(t.payload, t.client, fed.client(t.cid), 1)
+        assert_states_close(got[t.cid][0], reply, f"client {t.cid}")
     assert METHODS["pgfedsplit"].batched() == (True, False)  # evaluation mixes a delivered head in first
 
 

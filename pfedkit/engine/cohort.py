@@ -91,6 +91,10 @@ class Cohort:
             client = task.client() if callable(task.client) else task.client
             data = self.fed.client(task.cid)
             plan = method.local_plan(task.payload, client, data, task.round)
+            if plan is None:  # a reading the method writes as code only (FedAFK's APFL mu step): one at a time
+                reply, state = method.local_update(task.payload, client, data, task.round)
+                yield task.cid, (reply, state, self.after_local(task, reply, state, data))
+                continue
             prepared.append((task, client, data, plan))
             groups[tuple(p.shape() for p in plan.phases)].append(len(prepared) - 1)
         for members in groups.values():  # clients whose plans differ only in their tensors train together
@@ -101,12 +105,16 @@ class Cohort:
                                          chunk[0][0].round)
                 for (task, client, data, plan), weights in zip(chunk, trained):
                     reply, state = method.plan_result(weights, plan, data, task.round)
-                    after = None
-                    if task.evaluate_after:  # as the per-client path: its own seeded draws
-                        with seeded_torch(method.ctx.seed, task.round, task.cid, "after-local-eval"):
-                            model = method.trained_model(reply, state, task.payload, data, task.round)
-                            after = evaluate_model(model, data.test_x, data.test_y)
-                    yield task.cid, (reply, state, after)
+                    yield task.cid, (reply, state, self.after_local(task, reply, state, data))
+
+    def after_local(self, task: Any, reply: State, state: State, data: ClientData) -> Optional[tuple[int, float, int]]:
+        """The evaluation right after the update, with eval.point after-local: as the per-client path, its own draws."""
+        if not task.evaluate_after:
+            return None
+        method = self.method
+        with seeded_torch(method.ctx.seed, task.round, task.cid, "after-local-eval"):
+            model = method.trained_model(reply, state, task.payload, data, task.round)
+            return evaluate_model(model, data.test_x, data.test_y)
 
     def run_plans(self, plans: list[LocalPlan], datas: list[ClientData], round: int) -> list[dict[str, State]]:
         """Every client's plan at once; each client's trained weights by model name."""

@@ -10,15 +10,16 @@ Choices the paper leaves open follow ../shared/spec/methods.md section 1.5; each
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Callable, Literal, Optional
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
-from pfedkit.methods.base import HyperParams, frozen, register, searched, variant
+from pfedkit.methods.base import HyperParams, frozen, register, searched, select, variant
+from pfedkit.methods.plan import Apply, FunctionalNet, Joint, LocalPlan, Phase, batched_grads, sgd_step
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel, eval_mode
 from pfedkit.records import ClientData, State
@@ -49,6 +50,9 @@ class FedAFKParams(HyperParams):
         return frozenset(no_kt | no_mixing)
 
 
+Head = Callable[[torch.Tensor], torch.Tensor]
+
+
 @torch.no_grad()
 def teacher_features(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
     """The teacher's features in eval mode (our choice): a teacher's forward must not move BatchNorm statistics."""
@@ -61,8 +65,12 @@ def clip_unit(value: float, fallback: float) -> float:
     return fallback if math.isnan(value) else min(max(value, 0.0), 1.0)
 
 
-def feature_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (methods.md 1.5-a)."""
+def feature_kl(student: torch.Tensor, teacher: torch.Tensor, vmapped: bool = False) -> torch.Tensor:
+    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (methods.md 1.5-a). Under vmap
+    (a cohort) written out, since torch's kl_div has no batching rule there and would run client by client."""
+    if vmapped:
+        target = F.softmax(teacher, -1)
+        return (torch.xlogy(target, target) - target * F.log_softmax(student, -1)).sum() / student.shape[0]
     return F.kl_div(F.log_softmax(student, 1), F.softmax(teacher, 1), reduction="batchmean")
 
 
@@ -79,18 +87,20 @@ class FedAFK(PartSharing):
         return {**self.initial_state(), "mu": mu}
 
 
-    def personal_loss(self, personal: SplitModel, features: torch.Tensor, y: torch.Tensor,
-                      teacher: torch.Tensor | None) -> torch.Tensor:
-        """(1 - lambda) * CE + lambda * KT (Eq. 8), the KT term in the reading kt_form names."""
+    def personal_loss(self, heads: tuple[Head, Head], features: torch.Tensor, y: torch.Tensor,
+                      teacher: torch.Tensor | None, vmapped: bool = False) -> torch.Tensor:
+        """(1 - lambda) * CE + lambda * KT (Eq. 8), the KT term in the reading kt_form names; `heads`: the personal
+        head phi_i and the fixed random head phi_rd."""
         lam, form = self.params.kt_weight, self.params.kt_form
-        loss = F.cross_entropy(personal.head(features), y)
+        own, random = heads
+        loss = F.cross_entropy(own(features), y)
         if teacher is None:
             return loss
         if form.startswith("logits"):  # both extractors' features through one head: a KL between class posteriors
-            head = personal.head if form == "logits-personal-head" else self.working_model("global").head
-            kt = feature_kl(head(features), head(teacher))
+            head = own if form == "logits-personal-head" else random
+            kt = feature_kl(head(features), head(teacher), vmapped)
         else:
-            kt = feature_kl(features, teacher) * (len(y) if form == "feature-sum" else 1)
+            kt = feature_kl(features, teacher, vmapped) * (len(y) if form == "feature-sum" else 1)
         return (1 - lam) * loss + lam * kt
 
     def personal_features(self, personal: SplitModel, glob: SplitModel, mu: float, x: torch.Tensor) -> torch.Tensor:
@@ -123,7 +133,8 @@ class FedAFK(PartSharing):
                     opt_global.step()
                     # (b) the personal extractor: CE with frozen phi_i plus feature KL to the teacher (Eq. 5)
                     teacher = teacher_features(snapshot, xb) if p.kt_weight > 0 else None
-                    total = self.personal_loss(personal, self.personal_features(personal, glob, mu, xb), yb, teacher)
+                    total = self.personal_loss((personal.head, glob.head), self.personal_features(personal, glob, mu, xb),
+                                               yb, teacher)
                     opt_personal.zero_grad(set_to_none=True)
                     total.backward()
                     opt_personal.step()
@@ -148,7 +159,7 @@ class FedAFK(PartSharing):
                  for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())}
         buffers = {n: b.clone() for n, b in personal.body.named_buffers()}  # BatchNorm may update them in place
         features = functional_call(personal.body, {**mixed, **buffers}, (x,))
-        (grad,) = torch.autograd.grad(self.personal_loss(personal, features, y, teacher), mu_t)
+        (grad,) = torch.autograd.grad(self.personal_loss((personal.head, glob.head), features, y, teacher), mu_t)
         return float(grad)
 
     def mix_into(self, personal: SplitModel, glob: SplitModel, mu: float) -> None:
@@ -163,6 +174,117 @@ class FedAFK(PartSharing):
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(client)  # {theta_i, phi_i}; the global extractor is never used for inference
+
+    def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
+        return self.model_weights(client)
+
+    # ---- the same local update over a cohort of clients (pfedkit/methods/plan.py): local_update is the reference ----
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
+        p, cfg = self.params, self.ctx.train
+        if p.mu_gradient == "apfl":  # reads the gradients the optimizers hold: written as code only
+            return None
+        glob = self.model_weights(payload, self.random_head())
+        models = {"main": self.model_weights(client), "global": glob,
+                  "values": {"mu": torch.tensor(float(client["mu"]), dtype=torch.float64)}}  # a Python float there
+        if p.teacher == "received":
+            models["teacher"] = dict(glob)
+        if cfg.momentum:  # one optimizer per extractor for all epochs, as local_update's
+            models["momenta"] = {f"{model}/{k}": torch.zeros_like(models[model][k])
+                                 for model in ("global", "main") for k in self.body_parameters()}
+        stages: list = []
+        for epoch in range(cfg.local_epochs):
+            stages.append(Joint(self.cohort_step, purpose=f"train-{epoch}"))
+            if p.adaptive_aggregation:
+                stages.append(Apply(self.cohort_mix))
+            stages.append(Phase(parts=("head",), epochs=1, purpose=f"head-{epoch}", head_features=True))
+        return LocalPlan(models, stages, results=("main", "global", "values"))
+
+    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+                    ) -> tuple[State, State]:
+        reply = {**select(trained["global"], ("body",)), "num_samples": data.num_train}
+        return reply, {**trained["main"], "mu": float(trained["values"]["mu"])}
+
+    def body_parameters(self) -> list[str]:
+        return [name for name, _ in self.model.named_parameters() if name.startswith("body.")]
+
+    def cohort_step(self, view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Steps (a), (b) and (c) of local_update for every client of the view at once."""
+        p, cfg = self.params, self.ctx.train
+        glob_t, own_t, teacher_t = self.working_model("global"), self.model, self.working_model("teacher")
+        glob_t.train(), own_t.train(), teacher_t.eval()  # the teacher's forward moves no BatchNorm statistics
+        g, w, mu = view["global"], view["main"], view["values"]["mu"]
+        body = self.body_parameters()
+        sgd = (cfg.lr, cfg.momentum, cfg.weight_decay)
+        momenta = view.get("momenta", {})
+
+        def step(model: dict, grads: dict, name: str) -> None:
+            with torch.no_grad():
+                sgd_step([model[k] for k in body], [grads[k] for k in body],
+                         [momenta[f"{name}/{k}"] for k in body] if momenta else None, *sgd)
+
+        def rest(model: dict) -> dict:
+            return {k: v for k, v in model.items() if k not in body}
+
+        # (a) the global extractor under the fixed random head
+        def global_loss(trained: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(FunctionalNet(glob_t, {**trained, **fixed})(xb), yb)
+
+        step(g, batched_grads(global_loss, {k: g[k] for k in body}, rest(g), x, y), "global")
+        # (b) the personal extractor, with the teacher's features
+        teacher = None
+        if p.kt_weight > 0:
+            source = view["teacher"] if p.teacher == "received" else g
+            with torch.no_grad():
+                teacher = vmap(lambda wc, xb: FunctionalNet(teacher_t, wc).body(xb))(source, x)
+        taught = teacher is not None
+        teacher = teacher if taught else x.new_zeros(x.shape[0])  # vmap takes tensors only; unread when not taught
+        mixes = p.personal_step == "mixture" and p.adaptive_aggregation
+        glob_body = {k: g[k].detach() for k in body}
+
+        def personal_loss(trained: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor, teacher_c: Any,
+                          mu_c: torch.Tensor, glob_c: dict, glob_head: dict) -> torch.Tensor:
+            net = FunctionalNet(own_t, {**trained, **fixed})
+            if mixes:
+                m = mu_c.to(xb.dtype)
+                mixed = {k: m * trained[k] + (1 - m) * glob_c[k] for k in body}
+                features = FunctionalNet(own_t, {**mixed, **fixed}).body(xb)
+            else:
+                features = net.body(xb)
+            random_head = FunctionalNet(glob_t, glob_head).head
+            return self.personal_loss((net.head, random_head), features, yb, teacher_c if taught else None, vmapped=True)
+
+        glob_head = {k: v for k, v in g.items() if k.startswith("head.")}
+        step(w, batched_grads(personal_loss, {k: w[k] for k in body}, rest(w), x, y, teacher, mu, glob_body,
+                              glob_head), "main")
+        # (c) mu by the gradient through the mixed extractor, kept in [0, 1]
+        if not p.adaptive_aggregation:
+            return
+
+        def mu_loss(trained: dict, theta: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor, teacher_c: Any,
+                    glob_c: dict, glob_head_c: dict) -> torch.Tensor:
+            m = trained["mu"].to(xb.dtype)
+            mixed = {k: m * theta[k] + (1 - m) * glob_c[k] for k in body}
+            net = FunctionalNet(own_t, {**mixed, **fixed})
+            return self.personal_loss((net.head, FunctionalNet(glob_t, glob_head_c).head), net.body(xb), yb,
+                                      teacher_c if taught else None, vmapped=True)
+
+        theta = {k: w[k].detach() for k in body}
+        fixed = {k: v.clone() if k.startswith("body.") else v for k, v in rest(w).items()}  # BatchNorm: a copy
+        grad = batched_grads(mu_loss, {"mu": mu}, theta, fixed, x, y, teacher, glob_body, glob_head)["mu"]
+        with torch.no_grad():
+            moved = mu - cfg.lr * grad
+            mu.copy_(torch.where(torch.isnan(moved), mu, moved.clamp(0.0, 1.0)))
+
+    def cohort_mix(self, stacks: dict) -> None:
+        """theta_i <- mu * theta_i + (1 - mu) * theta_G for every client (Alg. 1 line 12); float buffers too if
+        mix_buffers."""
+        mu = stacks["values"]["mu"]
+        buffers = [k for k, v in self.model.state_dict().items() if k.startswith("body.") and torch.is_floating_point(v)
+                   and k not in dict(self.model.named_parameters())]
+        for k in self.body_parameters() + (buffers if self.params.mix_buffers else []):
+            own, glob = stacks["main"][k], stacks["global"][k]
+            m = mu.view(-1, *([1] * (own.dim() - 1))).to(own.dtype)
+            own.mul_(m).add_(glob * (1 - m))
 
 
 # The paper's ablations (Table 5) as named presets of the same flags, so a comparison can list them as rows.
