@@ -103,6 +103,21 @@ def test_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name, ima
         assert moved or not want[cid][0].keys() - {"num_samples"}, "the round must train something to compare"
 
 
+@pytest.mark.parametrize("params", [{"mu_steps": "epoch"}, {"mu_clip": False, "mu_decay": 0.02},
+                                    {"teacher": "current", "personal_step": "mixture", "kt_form": "feature-sum"}],
+                         ids=["mu-per-epoch", "mu-unclipped-decay", "current-teacher-mixture"])
+def test_fedafk_readings_in_a_cohort_equal_one_client_at_a_time(params):
+    method = method_for("fedafk", images=True)
+    method.params = method.validate_params(params)
+    fed = federation(True)
+    tasks = round_tasks(method, fed, round=1)
+    got = dict(Cohort(method, fed).train(tasks))
+    for t in tasks:
+        reply, state = method.local_update(t.payload, t.client, fed.client(t.cid), 1)
+        assert_states_close(got[t.cid][0], reply, f"client {t.cid} reply")
+        assert_states_close(got[t.cid][1], state, f"client {t.cid} state")
+
+
 def test_clients_in_chunks_give_the_same_as_one_cohort():
     method, fed = method_for("fedper", images=True), federation(True)
     tasks = round_tasks(method, fed, round=0)

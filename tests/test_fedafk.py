@@ -180,3 +180,44 @@ def test_settings_the_others_leave_unused_change_nothing_and_are_the_same_run():
         config = lambda params: build_config({"data": {"dataset": "synthetic"}, "method": {"name": "fedafk", **params}})  # noqa: E731
         assert run_differences(config(fixed), config({**fixed, **unused})) == []
         assert run_differences(config({}), config(unused)) != []  # used at the defaults: another run
+
+
+# ---- the readings of mu's step (issue 51): when it moves, whether it is clipped, APFL's decay ----
+def test_mu_step_reading_is_clipped_or_not_and_decays_as_asked():
+    clipped = make("fedafk", lr=0.1)
+    free = make("fedafk", params={"mu_clip": False}, lr=0.1)
+    assert clipped.next_mu(0.9, -10.0) == 1.0 and free.next_mu(0.9, -10.0) == pytest.approx(1.9)
+    assert clipped.next_mu(0.1, 10.0) == 0.0 and free.next_mu(0.1, 10.0) == pytest.approx(-0.9)
+    decaying = make("fedafk", params={"mu_decay": 0.02}, lr=0.1)
+    assert decaying.next_mu(0.5, 0.0) == pytest.approx(0.5 - 0.1 * 0.02 * 0.5)
+
+
+def mu_after_round(params, batch_size):
+    method = make("fedafk", params=params, batch_size=batch_size, lr=0.1)
+    server, data = method.init_server(), tiny_data(n=8)
+    client = method.init_client(0, data)
+    _, state = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
+    return state["mu"]
+
+
+def test_one_mu_step_per_epoch_is_the_per_batch_step_when_an_epoch_is_one_batch_and_differs_otherwise():
+    assert mu_after_round({"mu_steps": "epoch"}, batch_size=8) == mu_after_round({}, batch_size=8)
+    per_batch, per_epoch = mu_after_round({}, batch_size=2), mu_after_round({"mu_steps": "epoch"}, batch_size=2)
+    assert per_batch != pytest.approx(per_epoch, abs=1e-9)
+    assert abs(per_epoch - 0.5) < abs(per_batch - 0.5)  # one step of the mean gradient moves less than four
+
+
+def test_mu_is_on_record_each_round(tmp_path):
+    cfg = build_config({"data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 120}},
+                        "partition": {"clients": 4}, "model": {"name": "mlp", "options": {"hidden": 16}},
+                        "method": {"name": "fedafk"}, "train": {"rounds": 3, "batch_size": 16, "lr": 0.05},
+                        "run": {"workers": 1, "checkpoint_every": 1}})
+    Simulation(cfg, tmp_path, progress=False).run()
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert {"mu_mean", "mu_min", "mu_max"} <= set(rows[0])
+    clients = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["clients"]
+    mus = [float(state["mu"]) for state in clients.values()]
+    last = rows[2]  # round 2, the last training round: every client trained
+    assert float(last["mu_min"]) == pytest.approx(min(mus)) and float(last["mu_max"]) == pytest.approx(max(mus))
+    assert float(last["mu_mean"]) == pytest.approx(sum(mus) / len(mus))
+    assert rows[3]["mu_mean"] == ""  # the final, evaluation-only round trains nobody

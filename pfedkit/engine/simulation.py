@@ -35,6 +35,20 @@ CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
 RoundObserver = Callable[[dict[str, Any]], None]  # sees each round's metrics row (tracking, a tuner's pruning)
 
 
+def client_summary_columns(method: Method) -> tuple[str, ...]:
+    return tuple(f"{key}_{stat}" for key in method.client_logged for stat in ("mean", "min", "max"))
+
+
+def summarize_clients(method: Method, states: list[State]) -> dict[str, float]:
+    """<key>_mean, _min, _max over the given client states of each number the method logs."""
+    out: dict[str, float] = {}
+    for key in method.client_logged:
+        values = [float(state[key]) for state in states if key in state]
+        if values:
+            out.update({f"{key}_mean": sum(values) / len(values), f"{key}_min": min(values), f"{key}_max": max(values)})
+    return out
+
+
 def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: int) -> list[int]:
     count = max(int(round(num_clients * join_ratio)), 1)
     chosen = numpy_generator(seed, round_index, -1, "sample-clients").choice(num_clients, size=count, replace=False)
@@ -261,7 +275,8 @@ class RoundLoop:
 
     @property
     def metric_columns(self) -> tuple[str, ...]:
-        return self.columns + (AFTER_COLUMNS if self.measures_after else ()) + tuple(self.method.logged)
+        return (self.columns + (AFTER_COLUMNS if self.measures_after else ()) + tuple(self.method.logged)
+                + client_summary_columns(self.method))
 
     @property
     def client_columns(self) -> tuple[str, ...]:
@@ -282,7 +297,12 @@ class RoundLoop:
         payloads = self.payloads(round, self.sample(round))
         replies, after = self.train_clients(round, payloads, self.evaluates_after(round))
         measured = self.record_evaluation(round, after, point="after-local") if after else {}
-        return {**self.apply_replies(round, payloads, replies), **measured}
+        return {**self.apply_replies(round, payloads, replies), **measured, **self.trained_client_summary()}
+
+    def trained_client_summary(self) -> dict[str, Any]:
+        """The method's client_logged numbers over this round's trained clients (empty where clients keep their
+        states elsewhere, as Flower nodes do)."""
+        return {}
 
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
         """Evaluate at the start of the round, after broadcast (PFLlib), then train the sampled clients (and evaluate
@@ -482,8 +502,10 @@ class Simulation(RoundLoop):
             results = self.cohort.train(tasks)  # in client order
         else:
             results = self.executor.run(tasks, in_order=replies.fold is not None)
+        logged: list[State] = []  # the numbers of the trained clients' new states that the method logs
         for cid, (reply, client, measured) in results:
             replies.add(cid, reply)
+            logged.append({key: client[key] for key in self.method.client_logged if key in client})
             if measured is not None:
                 after[cid] = measured
             if bad := nonfinite_keys(client):  # kept only when finite: a checkpoint never holds NaN
@@ -494,7 +516,11 @@ class Simulation(RoundLoop):
                 new_states[cid] = client
         self.diverged(round, "client states", nonfinite)
         self.clients.update(new_states)
+        self.round_states = logged
         return replies, after
+
+    def trained_client_summary(self) -> dict[str, Any]:
+        return summarize_clients(self.method, self.round_states)
 
     def summary_extra(self) -> dict[str, Any]:
         """Which copy of the data the run read, where a data set has several, and the checksum of what it loaded."""

@@ -141,6 +141,8 @@ class Method:
     summary: ClassVar[str] = ""
     Params: ClassVar[type[HyperParams]] = HyperParams
     logged: ClassVar[tuple[str, ...]] = ()  # server-state numbers written to metrics.csv after each round's aggregation
+    # client-state numbers summarized over the round's trained clients in metrics.csv: <key>_mean, _min, _max
+    client_logged: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params

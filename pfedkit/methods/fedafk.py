@@ -40,13 +40,19 @@ class FedAFKParams(HyperParams):
         "extractors' features through the personal head phi_i (logits-personal-head) or the fixed random head phi_rd "
         "(logits-random-head); default logits-personal-head, the one ahead of no KT on each of suite fedafk-kt's 3 "
         "seeds on CIFAR-10 (docs/REPRODUCTION.md)")
+    mu_steps: Literal["batch", "epoch"] = Field(
+        "batch", description="when mu moves (Eq. 6, Alg. 1 lines 9-12, a reading the paper leaves open): a step on every "
+        "batch's gradient, or one step per epoch on the mean of the epoch's batch gradients, before the mixing")
+    mu_clip: bool = Field(True, description="keep mu in [0, 1] after each step (APFL's projection; not in the FedAFK paper)")
+    mu_decay: float = Field(0.0, ge=0, description="added to mu's gradient times mu: PFLlib's APFL uses 0.02 (not in the FedAFK paper)")
     personal_step: Literal["theta", "mixture"] = Field(
         "theta", description="the theta_i step of Eq. 5 on theta_i alone, or through the mixture mu*theta_i + "
         "(1 - mu)*theta_G as the mu step of Eq. 6 and APFL (theta_G held fixed)")
 
     def inert(self) -> frozenset[str]:
         no_kt = {"kt_form", "teacher"} if self.kt_weight == 0 else set()
-        no_mixing = {"mu_init", "mu_gradient", "mix_buffers", "personal_step"} if not self.adaptive_aggregation else set()
+        no_mixing = ({"mu_init", "mu_gradient", "mix_buffers", "personal_step", "mu_steps", "mu_clip", "mu_decay"}
+                     if not self.adaptive_aggregation else set())
         return frozenset(no_kt | no_mixing)
 
 
@@ -80,6 +86,7 @@ class FedAFK(PartSharing):
     summary = "adaptive mix of personal and global extractors (mu_i), feature-KL transfer, personal head"
     Params = FedAFKParams
     shared = ("body",)
+    client_logged = ("mu",)  # metrics.csv: mu_mean, mu_min, mu_max over the round's trained clients
 
     def init_client(self, cid: int, data: ClientData) -> State:
         # theta_i = theta_G^0 and phi_i = a trainable copy of phi_rd (methods.md 1.2).
@@ -121,6 +128,7 @@ class FedAFK(PartSharing):
         opt_global = torch.optim.SGD(glob.body.parameters(), **sgd)
         opt_personal = torch.optim.SGD(personal.body.parameters(), **sgd)
         for epoch in range(cfg.local_epochs):
+            grad_sum, batches = 0.0, 0  # mu's gradients over the epoch, with mu_steps = "epoch"
             glob.train()
             personal.train()
             # phi_rd never trains; phi_i is frozen in steps (a)-(c)
@@ -140,12 +148,25 @@ class FedAFK(PartSharing):
                     opt_personal.step()
                     # (c) mu by the gradient of the same loss through the mixed extractor (Eq. 6), kept in [0, 1]
                     if p.adaptive_aggregation:
-                        mu = clip_unit(mu - cfg.lr * self.mu_grad(personal, glob, mu, xb, yb, teacher), mu)
+                        grad = self.mu_grad(personal, glob, mu, xb, yb, teacher)
+                        if p.mu_steps == "batch":
+                            mu = self.next_mu(mu, grad)
+                        else:
+                            grad_sum, batches = grad_sum + grad, batches + 1
             if p.adaptive_aggregation:
+                if batches:
+                    mu = self.next_mu(mu, grad_sum / batches)
                 self.mix_into(personal, glob, mu)
             self.fit_head(personal, data, round, epochs=1, purpose=f"head-{epoch}")  # Eq. 7 on the new theta_i
         reply = {**self.state_of(glob, ("body",)), "num_samples": data.num_train}
         return reply, {**self.state_of(personal), "mu": mu}
+
+    def next_mu(self, mu: float, grad: float) -> float:
+        """mu after one gradient step (Eq. 6), with mu_decay's term; kept in [0, 1] with mu_clip; a non-finite step
+        keeps the old value with mu_clip (APFL's convention), else it stops the run as any non-finite state does."""
+        p = self.params
+        value = mu - self.ctx.train.lr * (grad + p.mu_decay * mu if p.mu_decay else grad)
+        return clip_unit(value, mu) if p.mu_clip else value
 
     def mu_grad(self, personal: SplitModel, glob: SplitModel, mu: float, x: torch.Tensor, y: torch.Tensor,
                 teacher: torch.Tensor | None) -> float:
@@ -184,8 +205,10 @@ class FedAFK(PartSharing):
         if p.mu_gradient == "apfl":  # reads the gradients the optimizers hold: written as code only
             return None
         glob = self.model_weights(payload, self.random_head())
-        models = {"main": self.model_weights(client), "global": glob,
-                  "values": {"mu": torch.tensor(float(client["mu"]), dtype=torch.float64)}}  # a Python float there
+        values = {"mu": torch.tensor(float(client["mu"]), dtype=torch.float64)}  # a Python float there
+        if p.mu_steps == "epoch":  # the epoch's gradient sum and batch count, for one step at its end
+            values.update(mu_grad_sum=torch.tensor(0.0, dtype=torch.float64), mu_batches=torch.tensor(0.0, dtype=torch.float64))
+        models = {"main": self.model_weights(client), "global": glob, "values": values}
         if p.teacher == "received":
             models["teacher"] = dict(glob)
         if cfg.momentum:  # one optimizer per extractor for all epochs, as local_update's
@@ -272,13 +295,28 @@ class FedAFK(PartSharing):
         fixed = {k: v.clone() if k.startswith("body.") else v for k, v in rest(w).items()}  # BatchNorm: a copy
         grad = batched_grads(mu_loss, {"mu": mu}, theta, fixed, x, y, teacher, glob_body, glob_head)["mu"]
         with torch.no_grad():
-            moved = mu - cfg.lr * grad
-            mu.copy_(torch.where(torch.isnan(moved), mu, moved.clamp(0.0, 1.0)))
+            if p.mu_steps == "batch":
+                self.cohort_next_mu(mu, grad)
+            else:
+                view["values"]["mu_grad_sum"].add_(grad)
+                view["values"]["mu_batches"].add_(1.0)
+
+    def cohort_next_mu(self, mu: torch.Tensor, grad: torch.Tensor) -> None:
+        """next_mu for every client at once, in place."""
+        p = self.params
+        moved = mu - self.ctx.train.lr * (grad + p.mu_decay * mu if p.mu_decay else grad)
+        mu.copy_(torch.where(torch.isnan(moved), mu, moved.clamp(0.0, 1.0)) if p.mu_clip else moved)
 
     def cohort_mix(self, stacks: dict) -> None:
         """theta_i <- mu * theta_i + (1 - mu) * theta_G for every client (Alg. 1 line 12); float buffers too if
         mix_buffers."""
-        mu = stacks["values"]["mu"]
+        values = stacks["values"]
+        mu = values["mu"]
+        if self.params.mu_steps == "epoch":  # the epoch's one step, on the mean of its batch gradients
+            stepped = mu.clone()
+            self.cohort_next_mu(stepped, values["mu_grad_sum"] / values["mu_batches"].clamp(min=1))
+            mu.copy_(torch.where(values["mu_batches"] > 0, stepped, mu))
+            values["mu_grad_sum"].zero_(), values["mu_batches"].zero_()
         buffers = [k for k, v in self.model.state_dict().items() if k.startswith("body.") and torch.is_floating_point(v)
                    and k not in dict(self.model.named_parameters())]
         for k in self.body_parameters() + (buffers if self.params.mix_buffers else []):
