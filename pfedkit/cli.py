@@ -1,7 +1,9 @@
 """The `pfedkit` command: run, compare, tune, reproduce, partition, data, methods, demo."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -20,11 +22,26 @@ def with_root(overrides: tuple[str, ...], root: Optional[str]) -> list[str]:
 
 
 def parse_seeds(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
-    """--seeds 0,1,2 as a list of integers."""
+    """--seeds 0,1,2 as a list of integers, each once (a seed given twice would be counted twice in a mean)."""
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise click.BadParameter(f"{text!r}: seeds are integers, e.g. 0,1,2") from None
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise click.BadParameter(f"{text!r} names seed {', '.join(map(str, twice))} more than once; give each seed once")
+    return seeds
+
+
+def describe_os_error(err: OSError) -> str:
+    """What a failed read or write of the system means for the run, and what to do."""
+    where = f" {err.filename}" if err.filename else ""
+    if err.errno == errno.ENOSPC:
+        return (f"the disk is full (writing{where}); free some space and continue with --resume: checkpoints and "
+                "results are replaced whole, so the last ones written are intact")
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"cannot write{where} ({err.strerror}); choose an --out (or data folder) you can write to"
+    return f"{err.strerror or err}{':' + where if where else ''}"
 
 
 def _fail(err: Exception) -> None:
@@ -40,6 +57,10 @@ class Group(click.Group):
             return super().invoke(ctx)
         except PfedkitError as err:
             _fail(err)
+        except OSError as err:  # a full disk, a read-only folder: a message, not a traceback (PFEDKIT_DEBUG=1 shows it)
+            if os.environ.get("PFEDKIT_DEBUG"):
+                raise
+            _fail(PfedkitError(describe_os_error(err)))
 
 
 @click.group(cls=Group)
@@ -55,17 +76,26 @@ def main() -> None:
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...], root: Optional[str], quiet: bool) -> None:
+@click.option("--force", is_flag=True, help="write a new run into an --out that holds files pfedkit did not write")
+def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...], root: Optional[str], quiet: bool,
+        force: bool) -> None:
     """Run one experiment described by CONFIG (a TOML file)."""
     from pfedkit.experiments import run_experiment
     from pfedkit.registry import load_config
 
+    saved = Path(out) / "config.toml"
     if config is None:
         if not resume:
             raise click.UsageError("give a CONFIG file, or --resume to continue the run in --out")
-        config = str(Path(out) / "config.toml")
+        if not saved.exists():
+            raise PfedkitError(f"there is no run in {out} to resume (no config.toml there); start one with "
+                               f"`pfedkit run CONFIG --out {out}`")
+        config = str(saved)
+    elif not resume and saved.exists() and Path(config).resolve() == saved.resolve():
+        raise PfedkitError(f"{config} is --out's own config.toml: a run writes its resolved config there and would "
+                           "replace yours; choose another --out (e.g. a subfolder)")
     cfg = load_config(config, with_root(overrides, root))
-    summary = run_experiment(cfg, out, resume=resume, progress=not quiet)
+    summary = run_experiment(cfg, out, resume=resume, progress=not quiet, force=force)
     click.echo(
         f"{summary['method']}: best acc {summary['best_acc']:.4f} (round {summary['best_round']}), "
         f"last {summary['last_acc']:.4f} [{summary['protocol']} protocol, "

@@ -272,5 +272,8 @@ def config_differences(old: Config, new: Config, ignore: tuple[str, ...] = PLACE
             if k not in ignore and a.get(k) != b.get(k)]
 
 
+CONFIG_HEADER = "# written by pfedkit: this run's resolved configuration (`pfedkit run` this file to repeat the run)\n"
+
+
 def save_config(config: Config, path: Path) -> None:
-    atomic_write_text(path, dump_toml(config.to_dict()))
+    atomic_write_text(path, CONFIG_HEADER + dump_toml(config.to_dict()))

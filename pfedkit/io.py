@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -25,10 +28,36 @@ def atomic_write(path: Path, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, RuntimeError):  # torch.save's writer reports a failed write in its own words
+            full = shutil.disk_usage(path.parent).free < 2**20
+            raise OSError(errno.ENOSPC if full else errno.EIO, f"writing failed ({err})", str(path)) from None
         raise
+
+
+STALE = re.compile(r"^\.(.+)\.[A-Za-z0-9_]{8}$")  # the temporary name atomic_write gives a file while writing it
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Temporary files a killed write left under `folder` (a run folder its run holds the lock of); removed."""
+    stale = [p for p in Path(folder).rglob(".*") if p.is_file() and STALE.match(p.name)
+             and not p.name.startswith(".pfedkit")]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def read_json(path: Path, what: str = "file") -> Any:
+    """A JSON file pfedkit wrote; damaged, an error that names it and how to recover, not a traceback."""
+    from pfedkit.errors import PfedkitError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise PfedkitError(f"{what} {path} is damaged ({err}); delete it (a run folder's summary.json is written "
+                           "again when the run is resumed with --resume) or restore it") from None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

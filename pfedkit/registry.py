@@ -75,6 +75,20 @@ def run_differences(old: Config, new: Config) -> list[str]:
                               ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new))
 
 
+def run_identity(config: Config) -> str:
+    """A digest of what makes a run this run (data, partition, model, method and its values, seed, training), less
+    where it runs and how long: the files a run writes carry it, so a file of another run is refused."""
+    import hashlib
+    import json
+
+    from pfedkit.config import flat
+
+    ignore = set(PLACEMENT_KEYS) | set(inert_keys(config)) | {"train.rounds"}
+    values = {k: v for k, v in flat(with_method_values(config).to_dict()).items() if k not in ignore}
+    values["data.checksum"] = config.data.checksum  # a placement key for resuming elsewhere, but the data's identity
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def continues(old: Config, new: Config, changes: Optional[list[str]] = None) -> bool:
     """`new` is `old` run for more rounds and for nothing else, so a finished `old` run can be carried on into it
     (a method whose defaults follow train.rounds, such as FedPHP's schedule, differs in more than the rounds).

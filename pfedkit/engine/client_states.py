@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from pfedkit.engine.store import safe_load
 from pfedkit.errors import PfedkitError
 from pfedkit.io import atomic_write_bytes
 from pfedkit.records import State
@@ -22,11 +23,15 @@ from pfedkit.records import State
 VERSION = re.compile(r"^after-(\d+)\.pt$")
 
 
+RUN, STATE = "run", "state"  # a saved version: {"run": the run's identity, "state": the client's state}
+
+
 class ClientStateStore:
-    def __init__(self, root: str | Path, run_key: str, cid: int):
+    def __init__(self, root: str | Path, run_key: str, cid: int, run_id: str = ""):
         if not re.fullmatch(r"[A-Za-z0-9._-]+", run_key):
             raise PfedkitError(f"run key {run_key!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
         self.folder = Path(root).expanduser() / run_key / f"client-{cid}"
+        self.run_id = run_id  # checked on every read when given: a file of another run is refused
 
     def versions(self) -> list[int]:
         if not self.folder.is_dir():
@@ -42,17 +47,21 @@ class ClientStateStore:
         if not older:
             return None, -1
         path = self.path(older[-1])
-        try:
-            return read_state(path), older[-1]
-        except Exception as err:  # files are only ever replaced whole, so this is outside damage
-            raise PfedkitError(f"client state {path} cannot be read ({err}); delete it to start this client afresh") from None
+        stored = read_state(path)
+        if set(stored) == {RUN, STATE}:  # written with the identity of its run
+            if self.run_id and stored[RUN] != self.run_id:
+                raise PfedkitError(f"client state {path} was written by another run (run identity {stored[RUN]}, this "
+                                   f"run's {self.run_id}): it does not belong here; restore this run's own client-state "
+                                   "folder, or start a new --out")
+            stored = stored[STATE]
+        return stored, older[-1]
 
     def save(self, state: State, after_round: int, keep_from: int) -> Path:
         """Write atomically, then drop versions older than the newest one a resume from `keep_from` could need."""
         import io
 
         buf = io.BytesIO()
-        torch.save(state, buf)
+        torch.save({RUN: self.run_id, STATE: state} if self.run_id else state, buf)
         path = self.path(after_round)
         atomic_write_bytes(path, buf.getvalue())
         older = [v for v in self.versions() if v < keep_from]
@@ -64,7 +73,7 @@ class ClientStateStore:
 def read_state(path: Path) -> State:
     """torch.load, then a young-generation collection: the unpickler leaves a reference cycle that would hold the
     loaded tensors until a full collection, and a driver reading hundreds of states a round would pile them up."""
-    state = torch.load(path, weights_only=True)
+    state = safe_load(path, "client state", "delete it to start this client afresh, or start a new --out")
     gc.collect(0)
     return state
 
@@ -77,26 +86,35 @@ class SpilledStates:
     """Every client's state of a simulation in versioned files under `folder` (written when a client trains), with
     the most recently used kept in memory up to `budget` bytes: the driver's memory does not grow with the clients."""
 
-    def __init__(self, folder: Path, budget: int):
-        self.folder, self.budget = Path(folder), budget
+    def __init__(self, folder: Path, budget: int, run_id: str = ""):
+        self.folder, self.budget, self.run_id = Path(folder), budget, run_id
         self.cache: OrderedDict[int, tuple[int, State]] = OrderedDict()  # cid -> (version, state), oldest use first
         self.keep_from = 0  # the round a resume starts from: the versions it needs are kept
+        self.trained: dict[int, int] = {}  # cid -> the last round it trained (in the checkpoint: a resume checks files)
 
     def store(self, cid: int) -> ClientStateStore:
-        return ClientStateStore(self.folder, "client-state", cid)
+        return ClientStateStore(self.folder, "client-state", cid, self.run_id)
 
     def get(self, cid: int, before_round: int) -> Optional[State]:
         """The client's state as it stood before `before_round`, or None if it has never trained."""
         if cid in self.cache and self.cache[cid][0] < before_round:
             self.cache.move_to_end(cid)
             return self.cache[cid][1]
-        state, version = self.store(cid).load(before_round)
+        store = self.store(cid)
+        state, version = store.load(before_round)
+        expected = self.trained.get(cid)
+        if expected is not None and expected < before_round and version != expected:
+            raise PfedkitError(
+                f"client {cid}'s state after round {expected} is missing ({store.path(expected)}): the run cannot go on "
+                f"exactly without it (starting the client afresh would change every result from round {expected + 1}); "
+                "restore that file, or start the run again in a new --out")
         if state is not None:
             self.remember(cid, version, state)
         return state
 
     def put(self, cid: int, state: State, after_round: int) -> None:
         self.store(cid).save(state, after_round, self.keep_from)
+        self.trained[cid] = after_round
         self.remember(cid, after_round, state)
 
     def prune(self, keep_from: int) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 from tqdm import tqdm
 
-from pfedkit.config import Config, save_config
+from pfedkit.config import CONFIG_HEADER, Config, dump_toml, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
@@ -21,10 +21,10 @@ from pfedkit.engine.replies import RoundReplies, message_bytes
 from pfedkit.engine.store import CHECKPOINT, RunLock, load_checkpoint, save_checkpoint
 from pfedkit.engine.workers import Executor, Task, make_executor
 from pfedkit.errors import ConfigError, DataError, PfedkitError
-from pfedkit.io import atomic_write_csv, atomic_write_json
+from pfedkit.io import STALE, atomic_write_csv, atomic_write_json, remove_stale_temporaries
 from pfedkit.methods.base import Method
 from pfedkit.records import AFTER, State
-from pfedkit.registry import build_method, continues, read_saved_config, run_differences
+from pfedkit.registry import build_config, build_method, continues, read_saved_config, run_differences, run_identity
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
@@ -33,6 +33,10 @@ METRIC_COLUMNS = (
 AFTER_COLUMNS = ("acc" + AFTER, "acc_client_mean" + AFTER, "loss" + AFTER)  # with eval.point after-local or both
 CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
 RoundObserver = Callable[[dict[str, Any]], None]  # sees each round's metrics row (tracking, a tuner's pruning)
+# what a run (and the suites, trackers and Flower beside it) writes in its folder; anything else is the user's
+RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.pt", "summary.json", "clients.csv", "clients.csv.gz",
+             "curves.png", "diverged.json", "client-state", "replies", "reused.json", "continued.json", "tensorboard",
+             "wandb", "wandb-id.txt", "replies.csv", "flower")
 
 
 def client_summary_columns(method: Method) -> tuple[str, ...]:
@@ -110,11 +114,12 @@ class RoundLoop:
     num_clients: int
 
     def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                 observers: Sequence[RoundObserver] = ()):
+                 observers: Sequence[RoundObserver] = (), force: bool = False):
         self.config, self.out, self.progress = with_absolute_root(config), Path(out), progress
-        self.observers = list(observers)
+        self.observers, self.force = list(observers), force
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder
         try:
+            remove_stale_temporaries(self.out)  # of a write a kill cut off; under the lock, nothing else writes here
             self._prepare_out_dir(resume)
         except BaseException:
             self.lock.release()
@@ -125,6 +130,8 @@ class RoundLoop:
         save_config(self.config, self.out / "config.toml")
         (self.out / DIVERGED).unlink(missing_ok=True)
         ckpt = load_checkpoint(self.out) if resume else None
+        if ckpt is not None:
+            self.check_belongs(ckpt)
         if ckpt is None:
             self.server = self.method.init_server()
             self.rows: list[dict[str, Any]] = []
@@ -139,6 +146,27 @@ class RoundLoop:
             made_for = ckpt.get("config", {}).get("train", {}).get("rounds", self.config.train.rounds)
             if made_for < self.config.train.rounds and self.next_round > made_for:  # a finished, shorter run's end
                 self.reopen(made_for)
+
+    def check_belongs(self, ckpt: dict[str, Any]) -> None:
+        """A checkpoint written by another run (copied in, or left by a run of another config) is refused, naming
+        how the runs differ: resumed, it would mix that run's state into this run's results."""
+        saved = ckpt.get("config")
+        if not isinstance(saved, dict):
+            return  # written before checkpoints held their config: nothing to compare
+        try:
+            theirs = build_config(saved)
+        except Exception:
+            theirs = None
+        differences = (["its config is not one this pfedkit reads"] if theirs is None else
+                       [c for c in run_differences(theirs, self.config) if not c.startswith("train.rounds:")])
+        ours, other = self.config.data.checksum, saved.get("data", {}).get("checksum")
+        if ours and other and ours != other:
+            differences.append(f"data.checksum: {other} -> {ours}")
+        if differences:
+            raise PfedkitError(
+                f"{self.out / CHECKPOINT} was written by another run than the one {self.out / 'config.toml'} describes "
+                f"({'; '.join(differences[:4])}{'; ...' if len(differences) > 4 else ''}), so resuming would mix the two; "
+                "put this run's own checkpoint back, or start a new --out")
 
     def reopen(self, rounds: int) -> None:
         """Carry a finished `rounds`-round run on: its last round evaluated only, so it is played again, trained
@@ -170,6 +198,26 @@ class RoundLoop:
                 self.config.data.checksum = given or old.data.checksum  # the data must verify against the run's
         elif (self.out / CHECKPOINT).exists() or (self.out / "metrics.csv").exists():
             raise PfedkitError(f"{self.out} already holds a run; pass --resume to continue it, or choose another --out")
+        elif not self.force and (foreign := self.foreign_files()):
+            raise PfedkitError(
+                f"{self.out} holds files pfedkit did not write ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
+                f"a run writes {', '.join(RUN_FILES[:4])} and more there, replacing any of that name: choose an empty "
+                "or new --out, or pass --force to write beside them")
+
+    def foreign_files(self) -> list[str]:
+        """What in --out a run did not write: a user's own notes or config are never silently replaced."""
+        foreign = []
+        for path in sorted(self.out.iterdir()):
+            if path.name == "config.toml":
+                if not self.config_is_ours(path):
+                    foreign.append(path.name)
+            elif not (path.name in RUN_FILES or path.name.startswith(".pfedkit") or STALE.match(path.name)):
+                foreign.append(path.name)
+        return foreign
+
+    def config_is_ours(self, path: Path) -> bool:
+        text = path.read_text(errors="replace")
+        return text.startswith(CONFIG_HEADER) or text == dump_toml(self.config.to_dict())  # (no header before 0.1)
 
     can_continue = False  # whether a finished run may be resumed with more rounds (see continues)
 
@@ -404,9 +452,9 @@ class Simulation(RoundLoop):
     last checkpoint (or round 0) to the end."""
 
     def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                 fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = ()):
+                 fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = (), force: bool = False):
         self.device = driver_device(config.run)
-        super().__init__(config, out, resume=resume, progress=progress, observers=observers)
+        super().__init__(config, out, resume=resume, progress=progress, observers=observers, force=force)
         try:
             fed = fed or build_federated(self.config)
             self.verify_data(fed.checksum)
@@ -414,7 +462,7 @@ class Simulation(RoundLoop):
             self.num_clients = self.fed.num_clients
             self.method = make_method(self.config, self.fed)
             self.clients: dict[int, State] = {}  # client_state = "memory"
-            self.spilled = (SpilledStates(self.out, int(self.config.run.state_memory_mb * 2**20))
+            self.spilled = (SpilledStates(self.out, int(self.config.run.state_memory_mb * 2**20), run_identity(self.config))
                             if self.config.run.client_state == "disk" else None)
             self.executor: Optional[Executor] = None
             self.cohort = Cohort(self.method, self.fed, self.config.run.cohort_size) if cohort_settings(
@@ -437,12 +485,13 @@ class Simulation(RoundLoop):
             raise PfedkitError(f"{self.out} holds a Flower run; resume it with `pfedkit flower ... --resume`")
         if self.spilled is not None:
             self.spilled.keep_from = ckpt["next_round"]  # the client files hold every version this resume needs
+            self.spilled.trained = {int(k): int(v) for k, v in ckpt.get("client_versions", {}).items()}
             return
         self.clients = {int(k): v for k, v in ckpt["clients"].items()}
 
     def checkpoint_extra(self) -> dict[str, Any]:
         if self.spilled is not None:
-            return {"client_state": "disk"}
+            return {"client_state": "disk", "client_versions": dict(self.spilled.trained)}
         return {"clients": self.clients}
 
     @contextlib.contextmanager
@@ -529,7 +578,8 @@ class Simulation(RoundLoop):
 
 
 def simulate(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-             fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = ()) -> dict[str, Any]:
+             fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = (),
+             force: bool = False) -> dict[str, Any]:
     """One run to its end (from its checkpoint with `resume`); its summary. `pfedkit.experiments.run_experiment` adds
     the run's plot. Each observer is called with every round's metrics row once it is written (tracking, pruning)."""
-    return Simulation(config, out, resume=resume, progress=progress, fed=fed, observers=observers).run()
+    return Simulation(config, out, resume=resume, progress=progress, fed=fed, observers=observers, force=force).run()

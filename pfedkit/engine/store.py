@@ -28,13 +28,22 @@ def load_checkpoint(out: Path) -> dict[str, Any] | None:
     path = Path(out) / CHECKPOINT
     if not path.exists():
         return None
+    return safe_load(path, "checkpoint", "delete it to start the run again, or start a new --out")
+
+
+def safe_load(path: Path, what: str, fix: str) -> Any:
+    """torch.load with weights_only: tensors and plain data, never code. A file it refuses is reported in our words:
+    torch's own message goes on to suggest weights_only=False, which would run whatever the file holds."""
+    import pickle
+
     try:
         return torch.load(path, weights_only=True)
-    except Exception as err:  # a checkpoint is only ever replaced whole, so this is outside damage
-        # torch's own message goes on to suggest weights_only=False, which would run whatever the file holds
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PfedkitError(f"checkpoint {path} cannot be read safely ({reason}); it was not written by this pfedkit, "
-                           "or it is damaged: delete it to start the run again") from None
+    except pickle.UnpicklingError:
+        reason = "it holds Python objects that a safe load does not run (a file pfedkit did not write, perhaps made to run code)"
+    except Exception as err:  # files are only ever replaced whole, so this is outside damage
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        reason = "it is damaged" if "weights_only" in first else f"it is damaged ({first})"
+    raise PfedkitError(f"{what} {path} cannot be read safely: {reason}; {fix}") from None
 
 
 LOCK = ".pfedkit.lock"

@@ -19,6 +19,7 @@ from pfedkit.engine.divergence import DIVERGED, Diverged
 from pfedkit.engine.store import CHECKPOINT
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.runs import run_experiment
+from pfedkit.io import read_json
 from pfedkit.registry import build_config, continues, read_saved_config, run_differences
 
 
@@ -80,7 +81,7 @@ def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True
     fed, fed_key = None, None
     for run_dir, cfg in runs.items():
         if resume and (run_dir / "summary.json").exists():
-            summaries[run_dir] = json.loads((run_dir / "summary.json").read_text())
+            summaries[run_dir] = read_json(run_dir / "summary.json", "summary")
             continue
         if resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
             summaries[run_dir] = {"diverged": json.loads((run_dir / DIVERGED).read_text())}

@@ -13,13 +13,16 @@ from pfedkit.tracking import Trackers
 
 
 def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                   fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = ()) -> dict[str, Any]:
+                   fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = (),
+                   force: bool = False) -> dict[str, Any]:
     """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary. `observers` see
-    every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too."""
+    every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too. `force`: write into
+    an --out that holds files pfedkit did not write."""
     trackers = Trackers(config, Path(out))
     summary, curves = None, None
     try:
-        summary = simulate(config, out, resume=resume, progress=progress, fed=fed, observers=[trackers, *observers])
+        summary = simulate(config, out, resume=resume, progress=progress, fed=fed, observers=[trackers, *observers],
+                           force=force)
         curves = draw_run_curves(Path(out), config)
     finally:
         trackers.close(summary, curves)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from pfedkit.config import EvalSection, read_toml, tomllib
-from pfedkit.io import read_csv
+from pfedkit.io import read_csv, read_json
 from pfedkit.records import AFTER, accuracy_column
 
 # A cell's curve (the mean over its seeds) is "rising" when the mean of its last fifth of evaluations is above the
@@ -53,7 +53,7 @@ def diverged_rounds(column_dir: Path, method: str) -> list[int]:
 
 
 def summary_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    return read_json(run_dir / "summary.json", "summary")
 
 
 def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int, float]]:

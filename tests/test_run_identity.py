@@ -1,0 +1,190 @@
+"""A run never takes in another run's state, and a failure says what happened (issue 53): foreign checkpoints and
+client-state files, missing client states, duplicate seeds, unsafe files, stale temporaries, a user's own files in
+--out, damaged summaries, unwritable folders."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from pfedkit.cli import main
+from pfedkit.config import dump_toml
+from pfedkit.engine.simulation import simulate
+from pfedkit.errors import PfedkitError
+from pfedkit.io import read_csv
+from tests.test_engine import COMPARED, synthetic
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def six_rounds(**run):
+    return synthetic(train={"rounds": 6}, run={"checkpoint_every": 3, **run})
+
+
+@pytest.mark.parametrize("other", [{"run": {"seed": 2}}, {"method": {"name": "fedper"}},
+                                   {"data": {"options": {"samples": 1000, "test_samples": 300}}}],
+                         ids=["seed", "method", "data"])
+def test_a_checkpoint_of_another_run_is_refused_naming_how_the_runs_differ(tmp_path, other):
+    simulate(six_rounds(), tmp_path / "a", progress=False)
+    sections = {"train": {"rounds": 6}, "run": {"checkpoint_every": 3}}
+    for section, values in other.items():
+        sections[section] = {**sections.get(section, {}), **values}
+    simulate(synthetic(**sections), tmp_path / "b", progress=False)
+    shutil.copy(tmp_path / "b" / "checkpoint.pt", tmp_path / "a" / "checkpoint.pt")
+    before = (tmp_path / "a" / "metrics.csv").read_text()
+    with pytest.raises(PfedkitError, match="written by another run") as caught:
+        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3}), tmp_path / "a", resume=True, progress=False)
+    key = next(iter(other)) if "data" not in other else "data"
+    assert key in str(caught.value) and "new --out" in str(caught.value)
+    assert (tmp_path / "a" / "metrics.csv").read_text() == before  # nothing lost
+
+
+def test_a_run_carried_on_with_more_rounds_still_takes_its_own_checkpoint(tmp_path):
+    simulate(six_rounds(), tmp_path, progress=False)
+    simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3}), tmp_path, resume=True, progress=False)
+    assert len(read_csv(tmp_path / "metrics.csv")) == 9
+
+
+def test_a_missing_client_state_file_stops_the_resume_naming_client_and_round(tmp_path):
+    cfg = six_rounds(client_state="disk")
+    simulate(cfg, tmp_path, progress=False)
+    state = tmp_path / "client-state" / "client-3" / "after-5.pt"
+    assert state.exists()
+    state.unlink()
+    with pytest.raises(PfedkitError, match=r"client 3's state after round 5 is missing.*new --out"):
+        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path,
+                 resume=True, progress=False)
+
+
+def test_a_client_state_file_of_another_run_is_refused(tmp_path):
+    simulate(six_rounds(client_state="disk"), tmp_path / "a", progress=False)
+    simulate(six_rounds(client_state="disk", seed=2), tmp_path / "b", progress=False)
+    shutil.copy(tmp_path / "b" / "client-state" / "client-2" / "after-5.pt",
+                tmp_path / "a" / "client-state" / "client-2" / "after-5.pt")
+    with pytest.raises(PfedkitError, match="client-2/after-5.pt was written by another run"):
+        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path / "a",
+                 resume=True, progress=False)
+
+
+def test_an_unsafe_client_state_file_is_refused_without_suggesting_an_unsafe_load(tmp_path):
+    simulate(six_rounds(client_state="disk"), tmp_path, progress=False)
+    torch.save({"x": Path("/etc")}, tmp_path / "client-state" / "client-1" / "after-5.pt")  # not plain data
+    with pytest.raises(PfedkitError) as caught:
+        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path,
+                 resume=True, progress=False)
+    assert "cannot be read safely" in str(caught.value) and "weights_only" not in str(caught.value)
+
+
+def test_a_killed_resume_on_disk_states_still_equals_an_uninterrupted_run(tmp_path):
+    cfg = six_rounds(client_state="disk")
+    simulate(cfg, tmp_path / "straight", progress=False)
+    simulate(synthetic(train={"rounds": 3}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path / "cut",
+             progress=False)
+    simulate(cfg, tmp_path / "cut", resume=True, progress=False)
+    got, want = read_csv(tmp_path / "cut" / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
+    assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
+
+
+@pytest.mark.parametrize("seeds", ["0,0", "0,00,1"])
+def test_a_seed_given_twice_is_refused(tmp_path, seeds):
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(synthetic().to_dict()))
+    result = CliRunner().invoke(main, ["compare", str(config), "--methods", "fedavg", "--seeds", seeds,
+                                       "--out", str(tmp_path / "cmp")])
+    assert result.exit_code == 2 and "seed 0 more than once" in result.output
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_temporaries_of_a_killed_write_are_removed_when_the_run_resumes(tmp_path):
+    simulate(six_rounds(client_state="disk"), tmp_path, progress=False)
+    litter = [tmp_path / ".checkpoint.pt.abc12_XY", tmp_path / "client-state" / "client-0" / ".after-9.pt.q1w2e3r4"]
+    for path in litter:
+        path.write_bytes(b"half a checkpoint")
+    simulate(synthetic(train={"rounds": 7}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path,
+             resume=True, progress=False)
+    assert not any(path.exists() for path in litter)
+    assert (tmp_path / ".pfedkit-owner.json").exists() is False  # the lock's own files are not litter, and are gone
+
+
+def test_a_folder_with_the_users_own_files_is_refused_unless_forced(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    with pytest.raises(PfedkitError, match=r"holds files pfedkit did not write \(notes.txt\).*--force"):
+        simulate(synthetic(train={"rounds": 1}), tmp_path, progress=False)
+    assert notes.read_text() == "my notes" and not (tmp_path / "metrics.csv").exists()
+    simulate(synthetic(train={"rounds": 1}), tmp_path, progress=False, force=True)
+    assert notes.read_text() == "my notes" and (tmp_path / "metrics.csv").exists()
+
+
+def test_the_users_config_in_out_is_never_replaced(tmp_path):
+    config = tmp_path / "config.toml"
+    text = "# my experiment, with my comments\n" + dump_toml(synthetic(train={"rounds": 1}).to_dict())
+    config.write_text(text)
+    result = CliRunner().invoke(main, ["run", str(config), "--out", str(tmp_path), "--quiet"])
+    assert result.exit_code == 2 and "would replace yours" in result.output
+    result = CliRunner().invoke(main, ["run", str(config), "--out", str(tmp_path), "--quiet", "--force"])
+    assert result.exit_code == 2 and config.read_text() == text  # not even with --force
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.toml").write_text(text)  # the user's config in a folder given as --out for another config
+    with pytest.raises(PfedkitError, match=r"did not write \(config.toml\)"):
+        simulate(synthetic(train={"rounds": 1}), other, progress=False)
+    assert (other / "config.toml").read_text() == text
+
+
+def test_resume_where_there_is_no_run_says_so(tmp_path):
+    for out in (tmp_path / "missing", tmp_path):
+        result = CliRunner().invoke(main, ["run", "--out", str(out), "--resume"])
+        assert result.exit_code == 2 and "no run in" in result.output and "to resume" in result.output
+
+
+def test_a_damaged_summary_is_named_not_a_traceback(tmp_path):
+    run = tmp_path / "cmp" / "fedavg" / "seed1"  # the synthetic config's seed
+    simulate(synthetic(train={"rounds": 1}), run, progress=False)
+    (run / "summary.json").write_text("{ half")
+    result = CliRunner().invoke(main, ["curves", str(run)])
+    assert result.exit_code == 2 and "summary.json is damaged" in result.output and "Traceback" not in result.output
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(synthetic(train={"rounds": 1}).to_dict()))
+    result = CliRunner().invoke(main, ["compare", str(config), "--methods", "fedavg", "--seeds", "1", "--out",
+                                       str(tmp_path / "cmp"), "--resume", "--quiet"])
+    assert result.exit_code == 2 and "summary.json is damaged" in result.output
+
+
+def test_a_read_only_out_is_a_message_not_a_traceback(tmp_path, monkeypatch):
+    import errno
+
+    import filelock
+
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(synthetic(train={"rounds": 1}).to_dict()))
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: the lock fails as it does for anyone else in a read-only folder
+        def refused(self, *args, **kwargs):
+            raise PermissionError(errno.EACCES, "Permission denied", str(locked / "run" / ".pfedkit.lock"))
+        monkeypatch.setattr(filelock.FileLock, "acquire", refused)
+    result = CliRunner().invoke(main, ["run", str(config), "--out", str(locked / "run"), "--quiet"])
+    assert result.exit_code == 2 and "cannot write" in result.output and "--out" in result.output
+    assert not isinstance(result.exception, OSError)  # handled: a message, exit code 2
+
+
+def test_a_full_disk_while_saving_is_a_message_not_a_traceback(tmp_path, monkeypatch):
+    import errno
+
+    from pfedkit.cli import describe_os_error
+    from pfedkit.io import atomic_write
+
+    def failing(f):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: shutil._ntuple_diskusage(100, 100, 0))
+    with pytest.raises(OSError) as caught:
+        atomic_write(tmp_path / "checkpoint.pt", failing)
+    assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())  # no half file left
+    assert "disk is full" in describe_os_error(caught.value) and "--resume" in describe_os_error(caught.value)
