@@ -20,7 +20,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # inf/nan: refused
+    # strict: `rounds = true` or `rounds = "5"` is refused, not read as 1 or 5 (an int still serves for a float)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 class DataSection(Section):
@@ -179,6 +180,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """`section.key=value`; the value is read as a TOML literal, else kept as a string."""
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set train.lr=0.01")
+    if "\n" in text or "\r" in text:  # TOML would read the first line and drop the rest without a word
+        raise ConfigError(f"--set {text!r}: a value spans several lines; give it on one line (a TOML array or inline "
+                          "table on one line, e.g. --set 'model.options={stem = \"cifar\"}')")
     key, value = text.split("=", 1)
     path = key.strip().split(".")
     if len(path) < 2 or path[0] not in SECTIONS:

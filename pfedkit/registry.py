@@ -38,6 +38,8 @@ def check_names(config: Config) -> None:
 def build_config(raw: dict[str, Any]) -> Config:
     """Validate sections, then names against the registries, then the method's hyper-parameters."""
     config = parse_config(raw)
+    if "name" not in config.model.model_fields_set and config.data.dataset == "digits":
+        config.model.name = "smallcnn"  # the default fedavgcnn needs 16x16 inputs; the bundled digits are 8x8
     check_names(config)
     method = method_class(config.method.name)
     given = config.method_params()

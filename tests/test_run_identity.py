@@ -188,3 +188,51 @@ def test_a_full_disk_while_saving_is_a_message_not_a_traceback(tmp_path, monkeyp
         atomic_write(tmp_path / "checkpoint.pt", failing)
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())  # no half file left
     assert "disk is full" in describe_os_error(caught.value) and "--resume" in describe_os_error(caught.value)
+
+
+# ---- smaller items of issue 53 ----
+def test_the_default_config_runs_on_the_default_data_set(tmp_path, capsys):
+    from pfedkit.registry import build_config
+
+    config = build_config({"train": {"rounds": 1}})  # an empty TOML, one round
+    assert config.data.dataset == "digits" and config.model.name == "smallcnn"
+    summary = simulate(config, tmp_path, progress=False)
+    assert summary["clients"] == 20 and "PFLlib's minimum of 40" in capsys.readouterr().err
+    assert build_config({"data": {"dataset": "mnist"}}).model.name == "fedavgcnn"  # elsewhere the default stays
+
+
+@pytest.mark.parametrize("text, wrong", [("train.rounds=true", "valid integer"), ('train.rounds="5"', "valid integer"),
+                                         ("run.checkpoint_every=2.0", "valid integer")])
+def test_booleans_and_strings_are_not_read_as_numbers(text, wrong):
+    from pfedkit.errors import ConfigError
+    from pfedkit.registry import load_config
+
+    with pytest.raises(ConfigError, match=wrong):
+        load_config(None, [text])
+    assert load_config(None, ["train.lr=1"]).train.lr == 1.0  # an integer still serves for a float
+
+
+def test_a_set_value_over_several_lines_is_refused():
+    from pfedkit.errors import ConfigError
+    from pfedkit.registry import load_config
+
+    with pytest.raises(ConfigError, match="several lines"):
+        load_config(None, ["train.lr=0.1\nrounds = 3"])
+
+
+def test_a_data_fraction_that_leaves_too_few_samples_names_the_key_and_a_fix():
+    from pfedkit.data.federated import build_federated
+    from pfedkit.errors import ConfigError
+    from pfedkit.registry import build_config
+
+    with pytest.raises(ConfigError, match=r"data.fraction = 1e-09 keeps 0 .* at least"):
+        build_federated(build_config({"data": {"fraction": 1e-9}}))
+
+
+def test_clients_without_training_data_are_refused():
+    from pfedkit.data.federated import build_federated
+    from pfedkit.errors import ConfigError
+    from pfedkit.registry import build_config
+
+    with pytest.raises(ConfigError, match=r"clients have no training samples .*min_samples"):
+        build_federated(build_config({"partition": {"clients": 300, "min_samples": 0}}))

@@ -205,11 +205,18 @@ def _dirichlet_counts(class_sizes: np.ndarray, n: int, beta: float, min_samples:
         best = max(best, int(smallest.max()))
         done += b
         batch *= 2
-    raise DataError(
+    raise UnreachableMinimum(
         f"dirichlet: after {max_redraws} draws no partition gave every client min_samples={min_samples} samples "
         f"(best smallest client: {best}); raise beta (now {beta}), use fewer clients (now {n}), lower min_samples, "
-        "or raise max_redraws"
-    )
+        "or raise max_redraws", best)
+
+
+class UnreachableMinimum(DataError):
+    """No Dirichlet draw gave every client the minimum; `best`: the largest smallest client any draw reached."""
+
+    def __init__(self, message: str, best: int):
+        super().__init__(message)
+        self.best = best
 
 
 def _pathological_counts(labels: np.ndarray, num_classes: int, n: int, cpc: int, balanced: bool,

@@ -30,7 +30,7 @@ LossFn = Callable[[SplitModel, torch.Tensor, torch.Tensor], torch.Tensor]
 class HyperParams(BaseModel):
     """A method's hyper-parameters; each field's description names its source (paper section or 'our choice')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)  # as the config's sections
 
     @classmethod
     def run_defaults(cls, train: Any) -> dict[str, Any]:
