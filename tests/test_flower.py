@@ -3,6 +3,7 @@ a real SuperLink and SuperNodes on 127.0.0.1), a node killed and restarted mid-r
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -487,3 +488,27 @@ def test_a_node_with_another_pfedkit_version_is_refused(tmp_path, in_a_run, monk
     monkeypatch.setattr(client_app, "describe", older)
     with pytest.raises(PfedkitError, match="client 1 .* runs pfedkit 0.0.1"):
         flower_run_on(grid, cfg, tmp_path / "fl")
+
+
+def test_a_node_that_stops_is_reported_and_takes_its_processes_with_it(tmp_path):
+    import subprocess
+
+    from pfedkit.flower.local import LoopbackFederation
+
+    fed = LoopbackFederation(tmp_path)
+    # a node process that exits at once, leaving a child (as a SuperNode leaves its app process) in its group
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $! > child; exit 3"], cwd=tmp_path, start_new_session=True)
+    leader.wait()
+    child = int((tmp_path / "child").read_text())
+    fed.nodes = {4: leader}
+    assert fed.reap_dead_nodes() == [(4, 3)] and fed.nodes == {}
+    deadline = time.time() + 10
+    while Path(f"/proc/{child}").exists() and time.time() < deadline:
+        try:  # reap it if it is ours; otherwise wait for it to vanish
+            os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{child}").exists() else "gone"
+    assert state in ("gone", "Z")
+    assert fed.reap_dead_nodes() == []

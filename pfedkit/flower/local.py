@@ -143,6 +143,18 @@ class LoopbackFederation:
         ], f"node-{cid}.log")
         return self.nodes[cid]
 
+    def reap_dead_nodes(self) -> list[tuple[int, int]]:
+        """(client, exit code) of each node process that has ended since the last call; what it left running in its
+        process group (an app process) is stopped with it, not left to linger until the run ends."""
+        dead = [(cid, proc) for cid, proc in self.nodes.items() if proc.poll() is not None]
+        for cid, proc in dead:
+            del self.nodes[cid]
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member runs
+            except (ProcessLookupError, PermissionError):
+                pass
+        return [(cid, proc.returncode) for cid, proc in dead]
+
     def kill_node(self, cid: int) -> None:
         """Kill a node abruptly (SIGKILL to its group): as a crashed machine would leave."""
         stop(self.nodes.pop(cid), grace=30, sig=signal.SIGKILL)
@@ -200,6 +212,9 @@ def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 
             if time.monotonic() > deadline:
                 raise PfedkitError(f"the Flower run did not finish in {timeout:.0f} s; see {workdir / 'run.log'}")
             time.sleep(1.0)
+            for cid, code in fed.reap_dead_nodes():
+                log(f"the node of client {cid} stopped (exit code {code}; see {workdir / f'node-{cid}.log'}): rounds go "
+                    "on without its replies, as Flower leaves out a node that does not answer")
             if (done := rounds_done(metrics)) != seen:
                 seen = done
                 last = done - 1  # metrics.csv row k is round k; round R is the final evaluation
