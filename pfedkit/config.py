@@ -60,6 +60,9 @@ class MethodSection(BaseModel):
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str = "fedavg"
+    # a module that defines the method with @register, imported before the name is looked up: an importable name
+    # ("my_package.my_method") or a .py file (recorded as an absolute path); docs/writing-a-method.md
+    module: Optional[str] = None
 
 
 class TrainSection(Section):
@@ -144,7 +147,7 @@ class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
 
     def method_params(self) -> dict[str, Any]:
-        return {k: v for k, v in self.method.model_dump().items() if k != "name"}
+        return {k: v for k, v in self.method.model_dump().items() if k not in ("name", "module")}
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
@@ -255,7 +258,7 @@ def dump_toml(data: dict[str, Any]) -> str:
 # the same run (the data themselves are checked by data.checksum).
 PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
                   "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb",
-                  "run.gpus_per_worker", "run.log_to", "run.cohort", "run.cohort_size")
+                  "run.gpus_per_worker", "run.log_to", "run.cohort", "run.cohort_size", "method.module")
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:

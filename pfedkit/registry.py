@@ -3,6 +3,8 @@ names checked, its method's hyper-parameters validated, and the method built fro
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,10 +23,47 @@ def method_names() -> list[str]:
     return sorted(METHODS)
 
 
-def method_class(name: str) -> type[Method]:
+ENTRY_POINTS = "pfedkit.methods"  # installed packages declare their methods' modules in this entry-point group
+
+
+def method_class(name: str, module: Optional[str] = None) -> type[Method]:
+    """The registered method `name`, after importing `module` (method.module) if given; a name still unknown is
+    looked up among the installed packages' `pfedkit.methods` entry points."""
+    if module:
+        import_method_module(module)
     if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}")
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=ENTRY_POINTS):
+            if point.name == name:
+                point.load()
+    if name not in METHODS:
+        raise ConfigError(
+            f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}. A method of your "
+            "own: set `method.module` to the module that registers it (\"my_package.my_method\", or the path of its "
+            f".py file), or install a package that declares it in the {ENTRY_POINTS!r} entry-point group "
+            "(docs/writing-a-method.md)")
     return METHODS[name]
+
+
+def import_method_module(spec: str) -> None:
+    """Import a user's method module: a dotted name on the Python path, or a .py file (its folder joins sys.path, so
+    worker processes started afresh import it by name too)."""
+    name = spec
+    if spec.endswith(".py"):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"method.module = {spec!r}: there is no such file; give the path of the .py file that "
+                              "registers the method, or an importable module name")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = path.stem
+    try:
+        importlib.import_module(name)
+    except ImportError as err:
+        raise ConfigError(f"method.module = {spec!r} cannot be imported ({err}); put its folder on PYTHONPATH, install "
+                          "its package, or give the path of its .py file") from None
 
 
 def check_names(config: Config) -> None:
@@ -32,12 +71,14 @@ def check_names(config: Config) -> None:
         raise ConfigError(f"unknown dataset {config.data.dataset!r} in `data.dataset`; choose one of: {', '.join(DATASET_NAMES)}")
     if config.model.name not in MODEL_NAMES:
         raise ConfigError(f"unknown model {config.model.name!r} in `model.name`; choose one of: {', '.join(MODEL_NAMES)}")
-    method_class(config.method.name)
+    method_class(config.method.name, config.method.module)
 
 
 def build_config(raw: dict[str, Any]) -> Config:
     """Validate sections, then names against the registries, then the method's hyper-parameters."""
     config = parse_config(raw)
+    if config.method.module and config.method.module.endswith(".py"):  # the run names its file wherever it resumes
+        config.method.module = str(Path(config.method.module).expanduser().resolve())
     if "name" not in config.model.model_fields_set and config.data.dataset == "digits":
         config.model.name = "smallcnn"  # the default fedavgcnn needs 16x16 inputs; the bundled digits are 8x8
     check_names(config)

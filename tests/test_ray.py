@@ -84,3 +84,17 @@ def test_a_gpu_request_the_cluster_cannot_meet_fails_before_round_0(tmp_path, lo
     with pytest.raises(PfedkitError, match=r"run.gpus_per_worker = 0.5 asks Ray for GPUs, but the cluster has none"):
         simulate(config, tmp_path, progress=False)
     assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_method_of_ones_own_runs_on_ray_actors_that_do_not_have_its_file(tmp_path, local_ray):
+    from tests.test_plugin import fedavgm_raw
+
+    from pfedkit.registry import build_config
+
+    for backend in ("local", "ray"):
+        raw = fedavgm_raw()
+        raw["train"]["rounds"] = 2
+        raw["run"].update({"workers": 2, "backend": backend})
+        simulate(build_config(raw), tmp_path / backend, progress=False)
+    assert metrics(tmp_path / "ray") == metrics(tmp_path / "local")

@@ -27,6 +27,27 @@ from pfedkit.methods import (  # noqa: F401
     pfedme,
     pgfedsplit,
 )
-from pfedkit.methods.base import METHODS, Method
+# The public surface for a method of your own (docs/writing-a-method.md): one import.
+from pfedkit.methods.base import (  # noqa: E402
+    METHODS,
+    HyperParams,
+    Method,
+    WeightedMeanFold,
+    add_prefix,
+    register,
+    searched,
+    select,
+    strip_prefix,
+    variant,
+    weighted_mean,
+)
+from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase, cross_entropy, proximal  # noqa: E402
+from pfedkit.methods.sharing import PartSharing  # noqa: E402
+from pfedkit.models.base import SplitModel  # noqa: E402
+from pfedkit.records import ClientData, State  # noqa: E402
+
+__all__ = ["METHODS", "Apply", "ClientData", "HyperParams", "Joint", "LocalPlan", "Method", "PartSharing", "Phase",
+           "SplitModel", "State", "WeightedMeanFold", "add_prefix", "cross_entropy", "proximal", "register", "searched",
+           "select", "strip_prefix", "variant", "weighted_mean"]
 
 __all__ = ["METHODS", "Method"]

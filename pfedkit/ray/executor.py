@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -96,6 +97,14 @@ def connect(address: str) -> bool:
     return True
 
 
+def by_value(cls: type) -> None:
+    """A method from a user's own module (method.module) travels to the actors whole, by value, so the nodes need not
+    have that module; pfedkit's own methods travel by reference as usual."""
+    module = sys.modules.get(cls.__module__)
+    if module is not None and not cls.__module__.startswith("pfedkit."):
+        ray.cloudpickle.register_pickle_by_value(module)
+
+
 def actor_count(requested: int, gpus_per_worker: float) -> int:
     """run.workers, else one actor per CPU of the cluster (and, with GPUs, as many as their shares allow); a request
     the cluster cannot meet is an error now, not actors waiting forever."""
@@ -123,6 +132,7 @@ class RayExecutor:
         self.started = connect(address)
         try:
             self.workers = actor_count(workers, gpus_per_worker)
+            by_value(type(method))
             # sent once, shared by every actor on a node; held for the run so that a restarted actor finds them
             self.refs = (ray.put(method), ray.put(fed))
             worker = ClientWorker.options(num_cpus=1, num_gpus=gpus_per_worker, max_restarts=RESTARTS,

@@ -1,0 +1,137 @@
+"""A method in the user's own file (docs/writing-a-method.md): found by `method.module` or an entry point, run,
+resumed and compared without editing pfedkit; the FedAvgM example checked against a hand computation."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import pfedkit
+from pfedkit.cli import main
+from pfedkit.config import dump_toml
+from pfedkit.engine.simulation import simulate
+from pfedkit.errors import ConfigError
+from pfedkit.io import read_csv
+from pfedkit.methods import METHODS
+from pfedkit.registry import build_config, import_method_module
+from tests.conftest import tiny_context, tiny_data
+from tests.test_engine import COMPARED, synthetic_raw
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "methods" / "fedavgm.py"
+
+
+def fedavgm_raw(**method) -> dict:
+    return synthetic_raw(method={"name": "fedavgm", "module": str(EXAMPLE), **method}, train={"rounds": 4})
+
+
+def make_fedavgm(**params):
+    import_method_module(str(EXAMPLE))
+    cls = METHODS["fedavgm"]
+    return cls(cls.validate_params(params), tiny_context())
+
+
+def test_fedavgm_two_server_steps_equal_a_hand_computation():
+    beta, lr = 0.5, 0.7
+    method = make_fedavgm(server_momentum=beta, server_lr=lr)
+    server = method.init_server()
+    w = {k: v.clone() for k, v in server.items() if not k.startswith("server_momentum.")}
+    v = {k: torch.zeros_like(t) for k, t in w.items()}
+    for round in range(2):
+        replies = {}
+        for cid, n in ((0, 3), (1, 5)):
+            g = torch.Generator().manual_seed(10 * round + cid)
+            replies[cid] = {k: t + torch.randn(t.shape, generator=g) for k, t in w.items()} | {"num_samples": n}
+        average = {k: (3 * replies[0][k] + 5 * replies[1][k]) / 8 for k in w}
+        v = {k: beta * v[k] + (w[k] - average[k]) for k in w}
+        w = {k: w[k] - lr * v[k] for k in w}
+        server = method.aggregate(server, replies, round)
+        for k in w:
+            assert torch.allclose(server[k], w[k], atol=1e-6) and torch.allclose(server["server_momentum." + k], v[k], atol=1e-6)
+    payload = method.broadcast(server, 2, 0)
+    assert not any(k.startswith("server_momentum.") for k in payload)  # the momentum never leaves the server
+
+
+def test_fedavgm_without_momentum_is_fedavg_and_sends_what_fedavg_sends(tmp_path):
+    simulate(build_config(fedavgm_raw(server_momentum=0.0, server_lr=1.0)), tmp_path / "m", progress=False)
+    simulate(build_config(synthetic_raw(train={"rounds": 4})), tmp_path / "avg", progress=False)
+    got, want = read_csv(tmp_path / "m" / "metrics.csv"), read_csv(tmp_path / "avg" / "metrics.csv")
+    for a, b in zip(got, want):
+        assert a["bytes_down"] == b["bytes_down"] and a["bytes_up"] == b["bytes_up"]
+        assert abs(float(a["acc"]) - float(b["acc"])) <= 0.002  # w - (w - average): the average, to float rounding
+
+
+def test_a_method_of_ones_own_runs_resumes_and_compares_from_the_command_line(tmp_path):
+    config = tmp_path / "fedavgm.toml"
+    config.write_text(dump_toml(fedavgm_raw()))
+    runner = CliRunner()
+    done = runner.invoke(main, ["run", str(config), "--out", str(tmp_path / "run"), "--quiet", "--set", "train.rounds=2"])
+    assert done.exit_code == 0, done.output
+    assert f'module = "{EXAMPLE}"' in (tmp_path / "run" / "config.toml").read_text()  # recorded for resume
+    done = runner.invoke(main, ["run", "--out", str(tmp_path / "run"), "--resume", "--set", "train.rounds=4", "--quiet"])
+    assert done.exit_code == 0, done.output
+    simulate(build_config(fedavgm_raw()), tmp_path / "straight", progress=False)
+    got, want = read_csv(tmp_path / "run" / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
+    assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
+    done = runner.invoke(main, ["compare", str(config), "--methods", "fedavgm,fedavg", "--seeds", "1",
+                                "--out", str(tmp_path / "cmp"), "--quiet", "--set", "train.rounds=2"])
+    assert done.exit_code == 0, done.output
+    assert "fedavgm" in (tmp_path / "cmp" / "table.md").read_text()
+
+
+def test_worker_processes_take_the_users_method_too(tmp_path):
+    raw = fedavgm_raw()
+    raw["run"]["workers"] = 2
+    simulate(build_config(raw), tmp_path / "two", progress=False)
+    simulate(build_config(fedavgm_raw()), tmp_path / "one", progress=False)
+    assert read_csv(tmp_path / "two" / "metrics.csv") != [] and [r["acc"] for r in read_csv(tmp_path / "two" / "metrics.csv")] \
+        == [r["acc"] for r in read_csv(tmp_path / "one" / "metrics.csv")]
+
+
+def test_an_unknown_method_says_how_to_plug_one_in_and_a_bad_module_says_why():
+    with pytest.raises(ConfigError, match=r"unknown method 'nosuch'.*method.module.*entry-point group"):
+        build_config({"method": {"name": "nosuch"}})
+    with pytest.raises(ConfigError, match="there is no such file"):
+        build_config({"method": {"name": "nosuch", "module": "missing/file.py"}})
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        build_config({"method": {"name": "nosuch", "module": "no_such_package.method"}})
+
+
+def test_an_installed_entry_point_is_found(monkeypatch, tmp_path):
+    from importlib.metadata import EntryPoint
+
+    module = tmp_path / "entry_point_method.py"
+    module.write_text(EXAMPLE.read_text().replace('name = "fedavgm"', 'name = "fedavgm-installed"'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = EntryPoint(name="fedavgm-installed", value="entry_point_method", group="pfedkit.methods")
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group=None: [point] if group == "pfedkit.methods" else [])
+    config = build_config({"method": {"name": "fedavgm-installed"}})
+    assert config.method.name == "fedavgm-installed" and "fedavgm-installed" in METHODS
+
+
+def test_the_python_api_gives_the_numbers_of_the_command_line(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(synthetic_raw(train={"rounds": 3})))
+    done = CliRunner().invoke(main, ["run", str(config), "--out", str(tmp_path / "cli"), "--quiet"])
+    assert done.exit_code == 0, done.output
+    summary = pfedkit.run(config, out=tmp_path / "api", progress=False)
+    cli, api = pfedkit.load_run(tmp_path / "cli"), pfedkit.load_run(tmp_path / "api")
+    assert api.column("acc") == cli.column("acc") and summary["last_acc"] == cli.summary["last_acc"]
+    again = pfedkit.run(synthetic_raw(), out=tmp_path / "dict", progress=False, train={"rounds": 3})
+    assert again["last_acc"] == summary["last_acc"]  # a dict of sections, overridden section by section
+
+
+def test_one_import_serves_a_method():
+    from pfedkit import methods
+
+    for name in ("Method", "register", "HyperParams", "PartSharing", "State", "ClientData", "LocalPlan", "Phase",
+                 "select", "weighted_mean", "variant"):
+        assert hasattr(methods, name), name
+
+
+def test_the_examples_tiny_update_is_fedavgs(tmp_path):
+    method = make_fedavgm()
+    server, data = method.init_server(), tiny_data(n=8)
+    reply, _ = method.local_update(method.broadcast(server, 0, 0), {}, data, 0)
+    assert reply["num_samples"] == 8 and set(reply) - {"num_samples"} == set(method.broadcast(server, 0, 0))
