@@ -298,6 +298,9 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
                       rows=split(rows), columns=split(columns), data_root=root, workers=workers,
                       table_only=table_only, progress=not quiet, tuned=Path(tuned) if tuned else None,
                       reuse_from=None if no_reuse else Path(reuse_from) if reuse_from else folder.parent, log=click.echo)
+    if not table:
+        click.echo(f"no run in {folder} yet: no table written (run the suite first: drop --table-only)")
+        return
     click.echo(table)
     click.echo(f"table: {folder / 'table.md'}  ({folder / 'table.csv'}, curves_<column>.png)")
 

@@ -208,7 +208,14 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
     missing, _ = run_cells(suite, scale=scale, seeds=seeds, out=out, overrides=overrides, rows=rows, columns=columns,
                         data_root=data_root, workers=workers, train=not table_only, progress=progress, log=log,
                         tuned={r: t["values"] for r, t in tuned_rows.items()}, reuse_from=reuse_from)
+    if table_only and not has_runs(Path(out)):  # a table of nothing would only leave a folder behind
+        return ""
     return write_suite_outputs(suite, Path(out), missing, scale)
+
+
+def has_runs(out: Path) -> bool:
+    """Whether `out` holds any run folder (finished, diverged or under way)."""
+    return out.is_dir() and any(out.rglob("metrics.csv"))
 
 
 TUNED = "tuned.json"  # in a suite's folder: the rows that ran at tuned values, the values and what they were tuned on
