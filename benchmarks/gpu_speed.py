@@ -194,7 +194,8 @@ def pfllib_run(pfllib: Path, setting: Setting, fed: FederatedDataset, method: st
     accs = [float(a) for a in ACCURACY.findall(output)]
     # rounds 1..R-1 train only (evaluation every R rounds: at 0 and R); round R evaluates, then trains
     train = steady(costs[1:rounds]) if len(costs) > 1 else None
-    result = {"train_s": train, "eval_s": costs[rounds] - train if len(costs) > rounds and train else None,
+    evaluation = costs[rounds] - train if len(costs) > rounds and train else None
+    result = {"train_s": train, "eval_s": evaluation if evaluation is not None and evaluation > 0 else None,
               "acc": accs[-1] if len(accs) > 1 else None, "rounds_done": max(len(costs) - 1, 0)}
     if cut:
         result["cut"] = cut
