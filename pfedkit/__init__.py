@@ -9,62 +9,15 @@ From Python (a notebook), the same runs as the command line:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Optional
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-
-def run(config: "str | Path | Mapping[str, Any]", out: "str | Path", *, resume: bool = False, progress: bool = True,
-        data_root: Optional[str] = None, force: bool = False, **sections: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one experiment, as `pfedkit run`, in this process; its summary (summary.json) is returned.
-
-    `config`: a TOML file or a dict of sections; `sections` override them section by section
-    (`train={"rounds": 5}`), as `--set train.rounds=5` does; `data_root` as `--data-root`."""
-    from pfedkit.config import merge, read_toml
-    from pfedkit.experiments import run_experiment
-    from pfedkit.registry import build_config
-
-    raw = read_toml(config) if isinstance(config, (str, Path)) else dict(config)
-    raw = merge(raw, {name: dict(values) for name, values in sections.items()})
-    if data_root is not None:
-        raw = merge(raw, {"data": {"root": str(data_root)}})
-    return run_experiment(build_config(raw), out, resume=resume, progress=progress, force=force)
+API = ("run", "load_run", "RunResults")  # in pfedkit.api, imported on first use: `import pfedkit` stays light
 
 
-@dataclass
-class RunResults:
-    """A run folder read back: its config, summary (None while it runs) and metrics, one dict per round."""
-
-    folder: Path
-    config: dict[str, Any]
-    summary: Optional[dict[str, Any]]
-    metrics: list[dict[str, Optional[float]]]
-
-    def column(self, name: str) -> list[tuple[int, float]]:
-        """(round, value) of every round where the column has a value (accuracies only where evaluated)."""
-        return [(int(row["round"]), row[name]) for row in self.metrics if row.get(name) is not None]
-
-    def to_pandas(self) -> Any:
-        import pandas  # optional: only for those who want a DataFrame
-
-        return pandas.DataFrame(self.metrics)
-
-
-def load_run(folder: "str | Path") -> RunResults:
-    """The run in `folder` (finished or still training): config.toml, summary.json and metrics.csv as numbers."""
-    from pfedkit.config import read_toml
-    from pfedkit.errors import PfedkitError
-    from pfedkit.io import read_csv, read_json
-
-    folder = Path(folder)
-    if not (folder / "metrics.csv").exists():
-        raise PfedkitError(f"there is no run in {folder} (no metrics.csv); run one with pfedkit.run(config, out=...)")
-
-    def number(value: str) -> Optional[float]:
-        return None if value in ("", None) else float(value)
-
-    metrics = [{k: number(v) for k, v in row.items()} for row in read_csv(folder / "metrics.csv")]
-    summary = read_json(folder / "summary.json", "summary") if (folder / "summary.json").exists() else None
-    return RunResults(folder, read_toml(folder / "config.toml"), summary, metrics)
+def __getattr__(name: str) -> Any:
+    if name in API:
+        return getattr(importlib.import_module("pfedkit.api"), name)
+    raise AttributeError(f"module 'pfedkit' has no attribute {name!r}")

@@ -324,7 +324,7 @@ class Method:
             weight_decay=cfg.weight_decay if weight_decay is None else weight_decay,
         )
         loss_fn = loss_fn or cross_entropy_loss
-        total, steps = 0.0, 0
+        total, steps = torch.zeros(()), 0  # summed where the model is and read once: no host sync per step on a GPU
         model.train()
         with frozen(p for n, p in model.named_parameters() if not trains(n)):
             for xb, yb in self.minibatches(data, round, purpose, epochs, drop_single=uses_batchnorm(model)):
@@ -332,9 +332,9 @@ class Method:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                total += loss.item()
+                total = total + loss.detach()
                 steps += 1
-        return total / max(steps, 1)
+        return float(total) / max(steps, 1)
 
     def batches(self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None,
                 drop_single: bool = False) -> Iterator[torch.Tensor]:
