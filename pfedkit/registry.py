@@ -93,6 +93,9 @@ def build_config(raw: dict[str, Any]) -> Config:
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     raw = read_toml(path) if path is not None else {}
+    module = raw.get("method", {}).get("module") if isinstance(raw.get("method"), dict) else None
+    if isinstance(module, str) and module.endswith(".py") and not Path(module).expanduser().is_absolute():
+        raw["method"]["module"] = str(Path(path).resolve().parent / module)  # a file named in a file: beside it
     return build_config(apply_overrides(raw, list(overrides)))
 
 

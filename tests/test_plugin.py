@@ -135,3 +135,15 @@ def test_the_examples_tiny_update_is_fedavgs(tmp_path):
     server, data = method.init_server(), tiny_data(n=8)
     reply, _ = method.local_update(method.broadcast(server, 0, 0), {}, data, 0)
     assert reply["num_samples"] == 8 and set(reply) - {"num_samples"} == set(method.broadcast(server, 0, 0))
+
+
+def test_a_module_file_named_in_a_config_file_is_found_beside_that_file(tmp_path, monkeypatch):
+    from pfedkit.registry import load_config
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "beside.py").write_text(EXAMPLE.read_text().replace('name = "fedavgm"', 'name = "fedavgm-beside"'))
+    (folder / "run.toml").write_text('[method]\nname = "fedavgm-beside"\nmodule = "beside.py"\n')
+    monkeypatch.chdir(tmp_path)  # elsewhere: the path is read relative to the config file, not the working folder
+    config = load_config(folder / "run.toml")
+    assert config.method.module == str(folder / "beside.py")
