@@ -30,7 +30,8 @@ if [ "${1:-}" = --prepare ]; then
     platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
                --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $platforms \
-        -d .devwheels pydantic pydantic-core annotated-types typing-inspection tomli-w cvxpy clarabel osqp qdldl
+        -d .devwheels pydantic pydantic-core annotated-types typing-inspection typing-extensions tomli-w cvxpy clarabel osqp \
+        qdldl
     python3 -m pip wheel -q --no-deps -w .devwheels calmsize  # published as a source archive only
     du -sh .devdata .peers .devwheels
     exit
