@@ -318,3 +318,14 @@ def test_the_lock_owner_record_hides_secret_options():
     shown = shown_command(["/usr/bin/flwr-serverapp", "--runtime-api-address", "127.0.0.1:1", "--token", "abc123",
                            "--api-key=xyz", "--insecure"])
     assert shown == "flwr-serverapp --runtime-api-address 127.0.0.1:1 --token *** --api-key=*** --insecure"
+
+
+def test_the_divergence_hint_names_every_step_size_of_the_method():
+    from pfedkit.engine.divergence import likely_fix
+
+    params = METHODS["per-fedavg"].Params  # alpha and beta: step sizes by their descriptions, not their names
+    assert set(params.step_sizes()) >= {"alpha", "beta"}
+    hint = likely_fix(0.1, {"alpha": 0.01, "beta": 0.001, "first_order": True}, params.step_sizes())
+    assert "method.alpha (now 0.01)" in hint and "method.beta (now 0.001)" in hint and "first_order" not in hint
+    assert "eta" in METHODS["fedala"].Params.step_sizes()
+    assert "mu_init" not in METHODS["fedafk"].Params.step_sizes()

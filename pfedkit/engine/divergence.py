@@ -44,10 +44,12 @@ class Diverged(PfedkitError):
                 "method": self.method, "message": str(self)}
 
 
-def likely_fix(lr: float, method_params: Mapping[str, Any]) -> str:
-    """Step sizes are the usual cause: the client lr and any step size among the method's hyper-parameters."""
+def likely_fix(lr: float, method_params: Mapping[str, Any], step_sizes: Iterable[str] = ()) -> str:
+    """Step sizes are the usual cause: the client lr and the method's hyper-parameters that are step sizes
+    (`step_sizes`; HyperParams.step_sizes() says which)."""
+    names = set(step_sizes)
     steps = [f"method.{k} (now {v})" for k, v in method_params.items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool) and ("lr" in k or k.endswith("_step"))]
+             if k in names and isinstance(v, (int, float)) and not isinstance(v, bool)]
     return f"a smaller train.lr (now {lr})" + (f" or {', '.join(steps)}" if steps else "")
 
 

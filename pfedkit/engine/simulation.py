@@ -275,7 +275,7 @@ class RoundLoop:
     def diverged(self, round: int, where: str, messages: dict[int, State]) -> None:
         """Stop the run when any message holds inf or NaN."""
         check_finite(round, where, messages, self.config.method.name,
-                     likely_fix(self.config.train.lr, self.config.method_params()))
+                     likely_fix(self.config.train.lr, self.method.params.model_dump(), self.method.Params.step_sizes()))
 
     # ---- the evaluation point (eval.point): at the start of a round, and/or right after local training ----
     @property

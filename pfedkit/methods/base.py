@@ -37,6 +37,15 @@ class HyperParams(BaseModel):
         """Values of hyper-parameters that depend on the run (`train`: rounds, join_ratio), for keys not given."""
         return {}
 
+    @classmethod
+    def step_sizes(cls) -> tuple[str, ...]:
+        """The hyper-parameters that are step sizes (named *lr* or *_step, or described as a learning rate or step
+        size): what a divergence message suggests lowering beside train.lr."""
+        def is_step(name: str, info: Any) -> bool:
+            text = (info.description or "").lower()
+            return "lr" in name or name.endswith("_step") or "learning rate" in text or "step size" in text
+        return tuple(name for name, info in cls.model_fields.items() if is_step(name, info))
+
     def inert(self) -> frozenset[str]:
         """Hyper-parameters these values make unused (a KT form at KT weight 0): two runs that differ only in them are
         the same run, so resume and suite reuse compare without them."""
