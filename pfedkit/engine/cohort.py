@@ -25,7 +25,7 @@ from torch.func import functional_call, vmap
 
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
-from pfedkit.methods.base import Method, deterministic_body, part_of, strip_prefix, uses_batchnorm
+from pfedkit.methods.base import Method, compute_features, deterministic_body, part_of, uses_batchnorm
 from pfedkit.methods.plan import Apply, FunctionalNet, Joint, LocalPlan, Phase, sgd_step
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -232,12 +232,10 @@ class Cohort:
         """Each client's training features through its own body, in one pool; each client's rows in it."""
         feats, offsets, start = [], [], 0
         for slot, client_rows in enumerate(rows):
-            body = strip_prefix({k: v[slot] for k, v in weights.items()}, "body.")
-            x = self.fed.train_x[client_rows]
-            feats.append(torch.cat([functional_call(template.body, body, (x[i:i + 1000],))
-                                    for i in range(0, len(x), 1000)]) if len(x) else x.new_zeros(0))
-            offsets.append(torch.arange(start, start + len(x), device=self.device))
-            start += len(x)
+            net = FunctionalNet(template, {k: v[slot] for k, v in weights.items()})
+            feats.append(compute_features(net, self.fed.train_x[client_rows]))  # as fit_head computes them
+            offsets.append(torch.arange(start, start + len(client_rows), device=self.device))
+            start += len(client_rows)
         return torch.cat(feats), offsets
 
     def schedule(self, phase: Phase, datas: list[ClientData], rows: list[torch.Tensor], round: int, augment: bool,

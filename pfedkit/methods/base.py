@@ -288,15 +288,19 @@ class Method:
     def load(self, *states: Mapping[str, Any], slot: str = "main") -> SplitModel:
         """Load the model entries of the given states (later ones win); together they must cover the model."""
         model = self.working_model(slot)
+        model.load_state_dict(self.model_weights(*states, slot=slot))
+        return model
+
+    def model_weights(self, *states: Mapping[str, Any], slot: str = "main") -> State:
+        """The model's entries of the given states (later ones win), as `load` loads them: a plan's starting weights."""
         merged: State = {}
         for state in states:
             merged.update(state)
-        own = model.state_dict()
+        own = self.working_model(slot).state_dict()
         missing = [k for k in own if k not in merged]
         if missing:
             raise RuntimeError(f"{self.name}: states do not cover the model; missing {missing[:3]}...")
-        model.load_state_dict({k: merged[k] for k in own})
-        return model
+        return {k: merged[k] for k in own}
 
     @staticmethod
     def state_of(model: nn.Module, parts: Iterable[str] = PARTS) -> State:

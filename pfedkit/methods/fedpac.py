@@ -9,7 +9,7 @@ combination alpha_i = argmin a^T (diag(V) + D_i) a over the simplex, D_i[j, j'] 
 The combined head (of this round's trained heads) is client i's next head.
 
 `fedpac-proto` is the reproduction report's variant: alpha_ij = softmax_j(-f_ij), f_ij the mean cross-entropy
-of client j's class prototypes through client i's head (../shared/spec/methods.md 4.3).
+of client j's class prototypes through client i's head (the report's Eq. 12-13).
 """
 from __future__ import annotations
 
@@ -149,8 +149,7 @@ class FedPAC(Method):
         return reply, select(trained["main"], ("head",))
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
-        merged = {**client, **payload}
-        return {key: merged[key] for key in self.model.state_dict()}
+        return self.model_weights(client, payload)
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         if not replies:

@@ -30,7 +30,7 @@ class PartSharing(Method):
         return dict(server)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        if not self.trains_in_code() or type(self).local_plan is not PartSharing.local_plan:
+        if self.batched()[0]:  # stated as a plan: Method.local_update runs it
             return super().local_update(payload, client, data, round)
         model = self.load(payload, client)
         self.train_locally(model, payload, data, round)
@@ -70,13 +70,6 @@ class PartSharing(Method):
         if type(self).personalized_model is not PartSharing.personalized_model:  # evaluation written as code
             return None
         return self.model_weights(payload, client)
-
-    def model_weights(self, *states: State) -> State:
-        """The model's entries of the given states (later ones win), as `load` would load them."""
-        merged: State = {}
-        for state in states:
-            merged.update(state)
-        return {key: merged[key] for key in self.model.state_dict()}
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         if not replies:  # every sampled client failed: keep the last model
