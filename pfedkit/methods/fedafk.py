@@ -5,7 +5,7 @@ extractor travels. Per batch: (a) the received global extractor learns under the
 (b) theta_i learns (1 - lambda) * CE + lambda * KL(global features || personal features) with phi_i frozen;
 (c) mu_i follows the gradient of that loss through mu * theta_i + (1 - mu) * theta_G. After each epoch
 theta_i <- mu * theta_i + (1 - mu) * theta_G, then phi_i trains one epoch on the frozen new theta_i.
-Choices the paper leaves open follow ../shared/spec/methods.md section 1.5; each is a flag below.
+Choices the paper leaves open are flags below, each description naming its reading.
 """
 from __future__ import annotations
 

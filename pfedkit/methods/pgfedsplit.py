@@ -5,7 +5,7 @@ the period tau, and that head is broadcast at the start of the next round. A cli
 its own head with alpha_i minimizing CE of the mixed logits plus beta * gap * alpha^2 * KL on its embedding set
 (gap = rounds since its last adaptation). The head trains on local embeddings plus synthetic ones drawn from the
 server's class Gaussians; the body on CE + lambda * MSE to the global prototypes. The period moves by one step
-against the change of the mean alpha (APA). Open choices follow ../shared/spec/methods.md 3.4, each a setting.
+against the change of the mean alpha (APA). Choices the paper leaves open are settings below, each description naming its reading.
 """
 from __future__ import annotations
 
