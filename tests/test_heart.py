@@ -330,6 +330,16 @@ def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_
     last = run(2)
     assert outcome(last) == pytest.approx((1.0, 20.0))
     assert any(not torch.equal(last[k], after_one[k]) for k in keys)
+    # kd_keep = "last" (the papers' Alg. 1): no gate, the final student kept even when validation says it is worse;
+    # validated twice only (the average, then the final student), never during the steps
+    method.params.__dict__["kd_keep"] = "last"
+    scripted(0.5, 0.3)
+    ungated = run(2)
+    assert outcome(ungated) == pytest.approx((1.0, -20.0))
+    method.params.__dict__["kd_keep"] = "validated"
+    scripted(0.5, 0.6, 0.3)  # the gated run of the same two steps keeps its first step's student instead
+    gated = run(2)
+    assert any(not torch.equal(ungated[k], gated[k]) for k in keys)
 
 
 def test_missing_server_data_or_a_plain_model_fails_before_training():

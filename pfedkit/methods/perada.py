@@ -6,7 +6,8 @@ a client replies with its local adapter phi_k. State: each client's personalized
 Per round, a client first trains omega_k on CE + prox_weight * ||omega_k - theta||^2, then trains a fresh copy
 phi_k of theta on CE and uploads it. The server averages the phi_k (1/|S|) and, in the first `kd_rounds`
 rounds, distils the ensemble of the phi_k into the average on proxy batches (Adam, cosine schedule), keeping
-the distilled model only if it beats the average on the server's validation split. Settings follow PerAda's
+the distilled model only if it beats the average on the server's validation split (kd_keep = "validated", the code's
+gate; "last" keeps it always, as both papers' algorithms have it). Settings follow PerAda's
 released code (`NVlabs/PerAda`, which HEART-PFL's code extends; methods.md 2).
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ class PerAdaParams(HyperParams):
     kd_batch: int = Field(2048, ge=1, description="proxy batch size; code `kd_batch_size` = 2048 (HEART paper 4.1)")
     kd_lr: float = Field(1e-3, gt=0, description="server Adam lr, cosine-annealed over kd_steps; code `kd_lr` (HEART paper 4.1)")
     kd_eval_every: int = Field(1, ge=1, description="validate the student every this many steps; code `kd_eval_batches_freq` = 1")
+    kd_keep: Literal["validated", "last"] = Field("validated", description="validated: the best validated student, kept only if it beats the average (the code's gate); last: the student after kd_steps, always (HEART Alg. 1 and PerAda's paper: no gate)")
     ensemble: Literal["logits", "probs"] = Field("logits", description="teacher: softmax of the mean logits (PerAda code) or mean of probabilities")
 
 
@@ -162,13 +164,16 @@ class PerAda(Method):
         average on the validation split, else the average (the code's `use_init_server_model`)."""
         with seeded_dropout(self.ctx.seed, round, -1):
             best, best_acc, start = self.run_distillation(averaged, teachers, round)
+        if self.params.kd_keep == "last":
+            return {**best, **distillation_outcome(1, 100 * (best_acc - start))}
         if best is not None and best_acc > start:
             return {**best, **distillation_outcome(1, 100 * (best_acc - start))}
         return {**averaged, **distillation_outcome(0, 0.0)}
 
     def run_distillation(self, averaged: State, teachers: list[StagedResNet], round: int
                          ) -> tuple[Optional[State], float, float]:
-        """(the best validated student or None, its validation accuracy, the average's)."""
+        """(the best validated student or None, its validation accuracy, the average's); with kd_keep = "last", the
+        final student and its validation accuracy, validated once at the end."""
         p, data = self.params, self.ctx.server
         student = self.adapter_model(averaged, "student")
         anchor = self.adapter_model(averaged, "anchor") if self.needs_anchor() else None  # frozen pre-distillation copy
@@ -199,8 +204,10 @@ class PerAda(Method):
                 loss.backward()
                 opt.step()
                 schedule.step()
-                if (step + 1) % p.kd_eval_every == 0:
+                if p.kd_keep == "validated" and (step + 1) % p.kd_eval_every == 0:
                     acc = accuracy(student, data.val_x, data.val_y)
                     if acc > best_acc:
                         best_acc, best = acc, self.adapter_state(student)
+        if p.kd_keep == "last":
+            return self.adapter_state(student), accuracy(student, data.val_x, data.val_y), start
         return best, best_acc, start

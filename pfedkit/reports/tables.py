@@ -231,10 +231,10 @@ def distillation_lines(out: Path) -> list[str]:
         if not distilled:
             continue
         kept = [float(r["kd_val_gain"]) for r in distilled if float(r["kd_accepted"]) == 1]
-        gain = f", validation +{statistics.fmean(kept):.2f} points on average when kept" if kept else ""
+        gain = f", validation {statistics.fmean(kept):+.2f} points on average when kept" if kept else ""
         lines.append(f"- {summary.parent.relative_to(out)}: kept in {len(kept)} of {len(distilled)} distillation rounds "
                      f"(rounds {int(distilled[0]['round'])}-{int(distilled[-1]['round'])}){gain}")
     if not lines:
         return []
-    return ["", "Server distillation (the distilled global adapter is kept only if it beats the plain average on the "
-            "server's validation split):", ""] + lines
+    return ["", "Server distillation (with method.kd_keep = \"validated\", the distilled global adapter is kept only if it "
+            "beats the plain average on the server's validation split; with \"last\", always):", ""] + lines
