@@ -264,7 +264,9 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
               help="small: what finishes here in about two hours; full: the paper's setting; a suite may define "
                    "others (--list shows them)")
 @click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
-@click.option("--out", "out", default=None, type=click.Path(file_okay=False), help="default runs/reproduce/SUITE")
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+              help="default runs/reproduce/SUITE (SUITE_SCALE beyond the small scale); with --claims, the folder "
+                   "holding those (default runs/reproduce)")
 @click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
 @click.option("--columns", default=None, help="comma-separated columns to run")
 @click.option("--workers", default=None, type=int, help="worker processes; 0 = one per core")
@@ -278,22 +280,39 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
                    "it (default: the folder holding --out, i.e. the other suites' results)")
 @click.option("--no-reuse", is_flag=True, help="train every cell, even one an identical finished run already holds")
 @click.option("--quiet", is_flag=True, help="no progress bars")
+@click.option("--claims", "claims", is_flag=True,
+              help="print where each paper's claims stand, judged by code on the finished runs of every suite (or "
+                   "SUITE) under --out; train nothing")
+@click.option("--update", "update", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="with --claims: write the table into this markdown file, between its generated-table markers")
 def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int], out: Optional[str], rows: Optional[str],
               columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
-              table_only: bool, tuned: Optional[str], reuse_from: Optional[str], no_reuse: bool, quiet: bool) -> None:
+              table_only: bool, tuned: Optional[str], reuse_from: Optional[str], no_reuse: bool, quiet: bool,
+              claims: bool, update: Optional[str]) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
-    from pfedkit.experiments.reproduce import describe, run_suite
+    from pfedkit.experiments.reproduce import (CLAIMS_BEGIN, CLAIMS_END, claims_table, describe, results_folder,
+                                               run_suite, update_claims)
     from pfedkit.experiments.suites import SUITES
 
+    if suite is not None and suite not in SUITES:
+        raise click.BadParameter(f"{suite!r}: suites are {', '.join(SUITES)} (see --list)", param_hint="SUITE")
+    if update and not claims:
+        raise click.UsageError("--update writes the claims table: add --claims")
+    if claims:
+        table = claims_table(Path(out) if out else Path("runs") / "reproduce",
+                             [SUITES[suite]] if suite else list(SUITES.values()))
+        click.echo("\n".join(table))
+        if update and not update_claims(Path(update), table):
+            raise click.UsageError(f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
+                                   f"{CLAIMS_END}\nwhere the table goes, then run this again")
+        return
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))
         if suite is None and not show_list:
             click.echo("\nrun one with: pfedkit reproduce SUITE [--scale small|full|...] [--seeds 0,1,2] [--out DIR]")
         return
-    if suite not in SUITES:
-        raise click.BadParameter(f"{suite!r}: suites are {', '.join(SUITES)} (see --list)", param_hint="SUITE")
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
-    folder = Path(out) if out else Path("runs") / "reproduce" / suite
+    folder = Path(out) if out else Path("runs") / "reproduce" / results_folder(suite, scale)
     table = run_suite(SUITES[suite], scale=scale, seeds=seeds, out=folder, overrides=overrides,
                       rows=split(rows), columns=split(columns), data_root=root, workers=workers,
                       table_only=table_only, progress=not quiet, tuned=Path(tuned) if tuned else None,

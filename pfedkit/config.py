@@ -11,6 +11,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pfedkit.errors import ConfigError
+from pfedkit.seeding import derive_seed
 from pfedkit.io import atomic_write_text
 
 if sys.version_info >= (3, 11):
@@ -101,6 +102,9 @@ class ProxySection(Section):
 
 class RunSection(Section):
     seed: int = 0
+    # another draw of the training randomness (model init, batch orders, augmentation, dropout) on the same data,
+    # partition and sampled clients: repeats of one config measure the noise floor a one-seed verdict must clear
+    repeat: int = Field(0, ge=0)
     checkpoint_every: int = Field(10, ge=1)
     # cpu, or cuda / cuda:N: the whole simulation on one GPU (one worker process; not the Flower nodes)
     device: str = "cpu"
@@ -284,3 +288,10 @@ CONFIG_HEADER = "# written by pfedkit: this run's resolved configuration (`pfedk
 
 def save_config(config: Config, path: Path) -> None:
     atomic_write_text(path, CONFIG_HEADER + dump_toml(config.to_dict()))
+
+
+def training_seed(run: "RunSection") -> int:
+    """The seed of a method's draws: run.seed itself for repeat 0 (every earlier run), a derived one for a repeat."""
+    if run.repeat == 0:
+        return run.seed
+    return derive_seed(run.seed, -1, run.repeat, "repeat") & 0x7FFFFFFF

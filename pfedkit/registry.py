@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 import torch
 
-from pfedkit.config import PLACEMENT_KEYS, Config, MethodSection, apply_overrides, config_differences, parse_config, read_toml
+from pfedkit.config import (PLACEMENT_KEYS, Config, MethodSection, apply_overrides, config_differences, parse_config,
+                            read_toml, training_seed)
 from pfedkit.data.sources import DATASET_NAMES
 from pfedkit.errors import ConfigError
 from pfedkit.methods import METHODS
@@ -132,6 +133,8 @@ def run_identity(config: Config) -> str:
     ignore = set(PLACEMENT_KEYS) | set(inert_keys(config)) | {"train.rounds"}
     values = {k: v for k, v in flat(with_method_values(config).to_dict()).items() if k not in ignore}
     values["data.checksum"] = config.data.checksum  # a placement key for resuming elsewhere, but the data's identity
+    if not config.run.repeat:
+        del values["run.repeat"]  # added later: a run from before it keeps its identity
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -169,4 +172,4 @@ def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
         weight_decay=config.train.weight_decay,
         augment=config.train.augment,
     )
-    return cls(params, MethodContext(factory, train, num_classes, config.run.seed, server))
+    return cls(params, MethodContext(factory, train, num_classes, training_seed(config.run), server))

@@ -110,13 +110,13 @@ def test_every_suite_validates_at_both_scales_and_lists_itself():
     assert reproduce.describe(SUITES["fedafk-table3"]).count("rounds") >= 2
 
 
-def test_heart_claims_are_checked_seed_by_seed(tmp_path):
-    from pfedkit.experiments.claims import check_claims
+def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
+    from pfedkit.experiments.claims import Evidence, check_claims
 
     suite = SUITES["heart-table1"]
 
     def heart_claims(out):
-        return check_claims(suite.claims, out, suite.last_k)
+        return check_claims(suite.claims, Evidence(out, suite.last_k, floor=0.3))
 
     def finished(column, row, seed, acc):
         run = tmp_path / column / row / f"seed{seed}"
@@ -130,13 +130,15 @@ def test_heart_claims_are_checked_seed_by_seed(tmp_path):
         for seed, acc in enumerate(accs.get(row, (0.80, 0.80))):
             finished("in-domain", row, seed, acc)
     lines = heart_claims(tmp_path)
-    assert "HEART-PFL above PerAda: holds on each of 2 seeds" in lines[0]
-    assert "PerAda above the fine-tuned and split baselines: holds on each of 2 seeds" in lines[1]
-    assert "no-hda): mixed: holds on 1 of 2 seeds" in lines[2]  # +1 and -1 point: the means tie, the seeds split
-    assert "no-akt): holds on each of 2 seeds" in lines[3] and "no-both): does not hold on each of 2 seeds" in lines[4]
-    assert lines[5].endswith("not run")
-    finished("ood-mnist", "heart-pfl", 0, 0.905)
-    assert "holds (MNIST proxy 90.50 over 1 seeds, in-domain 91.00, -0.50)" in heart_claims(tmp_path)[5]
+    assert lines[0].startswith("- HEART-PFL above PerAda: holds (") and "+1.00 on 2 seeds" in lines[0]
+    assert lines[1].startswith("- PerAda above the fine-tuned and split baselines: holds (")
+    assert "no-hda): cannot tell (" in lines[2]  # +1 and -1 point: the mean gap is 0
+    assert "no-akt): cannot tell (" in lines[3]  # +1 and +5: a mean of 3 within 2 x 2.0 from their spread
+    assert "no-both): does not hold (" in lines[5]
+    assert lines[6].endswith("not run")
+    finished("ood-mnist", "heart-pfl", 0, 0.91)
+    assert heart_claims(tmp_path)[6].startswith("- out-of-domain proxy within a point of in-domain: cannot tell (MNIST "
+                                                "proxy 91.00, in-domain 92.00, -1.00")  # at the boundary
 
 
 def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(tmp_path):
@@ -254,7 +256,7 @@ def test_reproduce_takes_any_scale_a_suite_defines_and_names_them_for_one_it_doe
 
 
 def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
-    from pfedkit.experiments.claims import check_claims
+    from pfedkit.experiments.claims import Evidence, check_claims
 
     def finished(row, seed, acc):
         run = tmp_path / "col" / row / f"seed{seed}"
@@ -268,19 +270,18 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
     finished("one-seed", 0, 0.30)
     margin = {"kind": "margin", "text": "ours by 8", "column": "col", "row": "ours", "at_least": 8.0}
     above = {"text": "ours top", "column": "col", "rows": ["ours", "near", "far", "never-ran"]}
-    lines = check_claims([{**margin, "over": ["far", "one-seed", "never-ran"]}, {**margin, "over": ["near", "far"], "at_least": 10.0},
-                          above, {**above, "rows": ["never-ran", "ours"]}, {**margin, "over": ["never-ran"]}], tmp_path, 3)
-    # +20.5 and +30.0 (seed 0 only, the one both finished); the row that never ran is named, not judged
-    assert lines[0] == "- ours by 8: holds (+20.50 over far (2 seeds), +30.00 over one-seed (1 seed); not run: never-ran)"
-    assert lines[1].startswith("- ours by 8: does not hold (near within 10 points) (+8.50 over near")  # +5 and +12
-    assert lines[1].endswith(", +20.50 over far (2 seeds))")
-    assert lines[2].startswith("- ours top: holds on each of 2 seeds (ours 61.07, near 52.57, far 40.57")
-    assert lines[2].endswith("judged among the 3 of 4 rows run, not run: never-ran)")
+    lines = check_claims([{**margin, "over": ["far", "one-seed", "never-ran"]},
+                          {**margin, "over": ["near", "far"], "at_least": 10.0},
+                          above, {**above, "rows": ["never-ran", "ours"]}, {**margin, "over": ["never-ran"]}],
+                         Evidence(tmp_path, 3, floor=0.5))
+    # +20.5 (2 seeds) and +30.0 (seed 0 only, the one both finished); the row that never ran is named, not judged
+    assert lines[0].startswith("- ours by 8: holds (+20.50 over far: holds") and "+30.00 over one-seed: holds" in lines[0]
+    assert lines[0].endswith("; not run: never-ran)")
+    # over near: +5 and +12, a mean of 8.5 short of 10 but within the spread of the two seeds
+    assert lines[1].startswith("- ours by 8: cannot tell (+8.50 over near: cannot tell")
+    assert lines[2].startswith("- ours top: holds (ours 61.07, near 52.57, far 40.57; gap to near +8.50 on 2 seeds")
+    assert lines[2].endswith("; not run: never-ran)")
     assert lines[3] == "- ours top: not run" and lines[4] == "- ours by 8: not run"
-    # a row with fewer seeds limits the whole check to seed 0; the pairs that finished more seeds are judged on them too
-    line = check_claims([{**above, "rows": ["ours", "near", "one-seed"]}], tmp_path, 3)[0]
-    assert line.startswith("- ours top: holds (ours 60.07, near 55.07, one-seed 30.07; on the 1 seed(s) every row finished")
-    assert line.endswith("; pairwise on the seeds both finished, ours over near: holds on each of 2 seeds (+8.50)")
 
 
 def test_the_cost_table_reads_finished_runs_only(tmp_path):

@@ -236,3 +236,21 @@ def test_clients_without_training_data_are_refused():
 
     with pytest.raises(ConfigError, match=r"clients have no training samples .*min_samples"):
         build_federated(build_config({"partition": {"clients": 300, "min_samples": 0}}))
+
+
+def test_a_repeat_redraws_the_training_randomness_on_the_same_partition_and_clients(tmp_path):
+    """run.repeat (the noise floor's runs): the same data, partition and sampled clients, other initial weights and
+    batch orders; repeat 0 is the run as before, with the same identity."""
+    from pfedkit.registry import run_identity
+
+    base = synthetic(train={"rounds": 2, "join_ratio": 0.5})
+    simulate(base, tmp_path / "r0", progress=False)
+    simulate(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 1}), tmp_path / "r1", progress=False)
+    first, other = read_csv(tmp_path / "r0" / "clients.csv"), read_csv(tmp_path / "r1" / "clients.csv")
+    assert [(r["round"], r["client"], r["n_test"]) for r in first] == [(r["round"], r["client"], r["n_test"])
+                                                                      for r in other]
+    trained = [r["clients_trained"] for r in read_csv(tmp_path / "r0" / "metrics.csv")]
+    assert trained == [r["clients_trained"] for r in read_csv(tmp_path / "r1" / "metrics.csv")]
+    assert [r["acc"] for r in first] != [r["acc"] for r in other]  # other weights from round 0 on
+    assert run_identity(base) == run_identity(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 0}))
+    assert run_identity(base) != run_identity(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 1}))

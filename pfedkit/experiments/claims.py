@@ -1,169 +1,268 @@
-"""A paper's claims, stated as data in its suite file and checked on the finished runs (mean of the evaluations in
-the last k rounds: the same stretch of training for a row evaluated every round and an FT row evaluated every 5).
+"""A paper's claims, stated as data in its suite file and judged on the finished runs by the rules below, each a
+function here, so that no verdict can contradict them. docs/REPRODUCTION.md's claims table is generated from them
+(`pfedkit reproduce --claims`).
 
-- "above" (the default): the first of `rows` above every other in `column`, checked against the strongest of them,
-  only on the seeds every row finished; with two or more, seed by seed (a seed fixes the partition and the sampled
-  clients for every row), and a claim that holds on some seeds and not on others is reported as mixed. A gap (on one
-  seed, or the mean gap over several) within two standard errors of the last-k means (from the spread of those k
-  evaluations on each seed) is "cannot tell": the same sign on two seeds does not settle a gap inside the noise.
-  Rows not run yet are left out of the judgement and named (a suite whose rows were cut still judges the rest).
-- "within": `row` in `column` within `points` of the same row in the `reference` column (means over seeds).
-- "margin": `row` ahead of each row in `over` by at least `at_least` points in `column` (a paper's "by N points").
-A claim may name the evaluation `point` it is judged at ("start" or "after-local", for runs that measured both).
-A verdict on rows whose curves are still rising (the tables' ↑) says so: it is provisional, the gap may yet change.
+Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, against the
+strongest of them. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points.
+"within" judges closeness: `row` in `column` within `points` of the same row in the `reference` column.
+Every kind compares the mean accuracy of the evaluations in each run's last k rounds (the same stretch of training
+for a row evaluated every round and an FT row evaluated every 5). The rules:
+
+1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
+   numbers (`paper_point`), else at each run's own.
+2. Like with like: rows are compared on the seeds every one of them finished (a seed fixes the partition and the
+   sampled clients), and only if their runs agree on rounds, data and partition beyond what `differ_in` names.
+3. Noise: over several seeds, the standard error of the mean gap comes from the spread of the per-seed gaps
+   (between seeds). On one seed, the gap must clear a noise floor measured from repeated runs of one config (the
+   suite's `noise` rows, which differ only in run.repeat); with one seed and no floor, no verdict. The floor is also
+   the least error any number of seeds can have. A gap within two standard errors of its boundary: cannot tell.
+4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
+   the curve it is closing on), a verdict is at most "cannot tell".
 """
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pfedkit.reports.tables import cell_trend, finished_runs, headline_curve, last_evaluations, mean_of_last
+from pfedkit.config import flat, read_toml
+from pfedkit.reports.tables import curve_gain, curve_trend, finished_runs, mean_curve, mean_of_last
+
+HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
+# run config keys that must agree between compared runs unless a claim's differ_in names them
+LIKE_KEYS = ("train.rounds", "data.", "partition.")
 
 
-def finals(out: Path, column: str, row: str, k: int, point: Optional[str] = None) -> dict[str, float]:
-    """Seed folder name -> the mean accuracy (%) of the run's evaluations in its last k rounds (at `point`, else the
-    run's own)."""
-    return {d.name: 100 * mean_of_last(d, k, point, rounds=True) for d in finished_runs(out / column, row)}
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str  # HOLDS, FAILS, UNSURE or NOT_RUN
+    judges: str  # "direction", "margin of N points" or "within N points"
+    detail: str = ""  # the numbers, and which rule decided
+
+    def line(self, text: str) -> str:
+        return f"- {text}: {self.verdict}" + (f" ({self.detail})" if self.detail else "")
 
 
-def noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str], seed: str) -> float:
-    """Standard error (points) of the difference of two rows' last-k means, from the spread of their last k
-    evaluations (on `seed`): what one seed cannot tell apart."""
-    spreads = []
-    for row in rows:
-        run = next(d for d in finished_runs(out / column, row) if d.name == seed)
-        values = [100 * acc for _, acc in last_evaluations(headline_curve(run, point), k, rounds=True)]
-        spreads.append(statistics.variance(values) / len(values) if len(values) > 1 else 0.0)
-    return math.sqrt(sum(spreads))
+@dataclass(frozen=True)
+class Evidence:
+    """Where a suite's runs are and how to read them: its output folder, k, the point and the noise floor."""
+    out: Path
+    k: int
+    paper_point: Optional[str] = None
+    floor: Optional[float] = None  # standard deviation (points) of one config's result over repeats
+
+    def point(self, claim: Mapping[str, Any]) -> Optional[str]:
+        """Rule 1: the claim's own point, else the paper's as the suite declares it, else each run's own."""
+        return claim.get("point") or self.paper_point
+
+    def results(self, column: str, row: str, point: Optional[str]) -> dict[str, float]:
+        """Seed folder name -> the run's mean accuracy (%) over its last k rounds."""
+        return {d.name: 100 * mean_of_last(d, self.k, point, rounds=True)
+                for d in finished_runs(self.out / column, row)}
+
+    def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
+        return [d for d in finished_runs(self.out / column, row) if d.name in seeds]
 
 
-def still_rising(out: Path, column: str, rows: Sequence[str], point: Optional[str], seeds: Sequence[str]) -> list[str]:
-    """The rows whose mean curve over `seeds` in `column` is still rising (the tables' ↑)."""
-    return [row for row in rows
-            if cell_trend([d for d in finished_runs(out / column, row) if d.name in seeds], point) == "rising"]
+# ---- the rules, on numbers ----
+
+def noise_floor(results: Sequence[float]) -> Optional[float]:
+    """Rule 3's floor: the standard deviation of one config's result over its repeats (None under two)."""
+    return statistics.stdev(results) if len(results) >= 2 else None
 
 
-def provisional(rising: Sequence[str]) -> str:
-    return f"; provisional, still rising: {', '.join(rising)}" if rising else ""
+def gap_error(gaps: Sequence[float], floor: Optional[float]) -> Optional[float]:
+    """Rule 3: the standard error of the mean of per-seed gaps, from their spread between seeds and never below the
+    floor's (a gap of two runs varies by floor * sqrt 2, its mean over n seeds by that over sqrt n); None for one
+    seed without a floor."""
+    from_floor = floor * math.sqrt(2 / len(gaps)) if floor is not None else None
+    if len(gaps) < 2:
+        return from_floor
+    between = statistics.stdev(gaps) / math.sqrt(len(gaps))
+    return max(between, from_floor or 0.0)
 
 
-def verdict(first: Mapping[str, float], other: Mapping[str, float], errors: Mapping[str, float]) -> str:
-    """Holds, does not hold, mixed or cannot tell, from the per-seed last-k means of two rows and the per-seed standard
-    errors of their difference (`noise`)."""
-    seeds = [s for s in first if s in other]
-    if len(seeds) < 2:  # one shared seed at most: compare the means, unless the gap is within two standard errors
-        gap = statistics.fmean(first.values()) - statistics.fmean(other.values())
-        error = errors[seeds[0]] if seeds else 0.0
-        if abs(gap) < 2 * error:
-            return f"cannot tell on one seed (gap {gap:+.2f}, within 2 standard errors of {error:.2f})"
-        return "holds" if gap > 0 else "does not hold"
-    gaps = [first[s] - other[s] for s in seeds]
-    mean_gap = statistics.fmean(gaps)
-    error = math.sqrt(sum(errors[s] ** 2 for s in seeds)) / len(seeds)  # of the mean gap
-    if abs(mean_gap) < 2 * error:
-        each = ", ".join(f"{g:+.2f}" for g in gaps)
-        return (f"cannot tell on {len(seeds)} seeds (mean gap {mean_gap:+.2f}, within 2 standard errors of {error:.2f}; "
-                f"per seed {each})")
-    wins = [g > 0 for g in gaps]
-    if all(wins) or not any(wins):
-        return f"{'holds' if wins[0] else 'does not hold'} on each of {len(wins)} seeds"
-    return f"mixed: holds on {sum(wins)} of {len(wins)} seeds"
+def decide(excess: Sequence[float], floor: Optional[float]) -> tuple[str, str]:
+    """(verdict, why) from the per-seed excess of the judged quantity over its boundary (positive where the claim
+    holds): holds or does not hold only beyond two standard errors."""
+    mean = statistics.fmean(excess)
+    error = gap_error(excess, floor)
+    seeds = f"{len(excess)} seeds" if len(excess) > 1 else "one seed"
+    if error is None:
+        return UNSURE, f"{mean:+.2f} on one seed, and no noise floor measured for one seed to clear"
+    if abs(mean) < 2 * error:
+        return UNSURE, f"{mean:+.2f} on {seeds}, within 2 standard errors of {error:.2f}"
+    return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond 2 standard errors of {error:.2f}"
 
 
-def seed_noise(out: Path, column: str, rows: Sequence[str], k: int, point: Optional[str],
-               seeds: Sequence[str]) -> dict[str, float]:
-    """Seed -> `noise` of the two rows' difference on that seed."""
-    return {seed: noise(out, column, rows, k, point, seed) for seed in seeds}
+def still_closing(excess: float, claimant: tuple[float, bool], other: tuple[float, bool]) -> bool:
+    """Rule 4: can the verdict still flip? (gain of the last fifth, still rising) of the claimant and of the row it is
+    judged against: a lead closes while the other rises faster, a shortfall while the claimant does."""
+    (gain_claimant, rising_claimant), (gain_other, rising_other) = claimant, other
+    if excess > 0:
+        return rising_other and gain_other > gain_claimant
+    return rising_claimant and gain_claimant > gain_other
 
 
-def above(claim: Mapping[str, Any], out: Path, k: int) -> str:
-    first = claim["rows"][0]
-    runs = {row: finals(out, claim["column"], row, k, claim.get("point")) for row in claim["rows"]}
-    absent = [row for row, seeds in runs.items() if not seeds]
-    if first in absent or len(absent) == len(runs) - 1:
-        return f"- {claim['text']}: not run"
-    others = [row for row in claim["rows"][1:] if row not in absent]
-    runs = {row: seeds for row, seeds in runs.items() if seeds}
-    partly = (f"; judged among the {len(runs)} of {len(claim['rows'])} rows run, not run: {', '.join(absent)}"
-              if absent else "")
-    # rows are compared on the seeds all of them finished: a seed fixes the partition, and means over other seeds differ
-    shared = sorted(set.intersection(*(set(v) for v in runs.values())))
+def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str] = ()) -> list[str]:
+    """Rule 2: the rounds, data and partition keys on which the compared runs' saved configs differ (row -> flat
+    config), less the keys a claim allows."""
+    rows = list(configs)
+    found = []
+    for key in sorted(set().union(*(configs[r].keys() for r in rows))):
+        if not key.startswith(LIKE_KEYS) or key in allowed or key in ("data.root", "data.checksum"):
+            continue
+        values = {r: configs[r].get(key) for r in rows}
+        if len({repr(v) for v in values.values()}) > 1:
+            found.append(f"{key} " + ", ".join(f"{r} {v!r}" for r, v in values.items()))
+    return found
+
+
+# ---- gathering the numbers ----
+
+def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> tuple[float, bool]:
+    """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds."""
+    curve = [(p["round"], 100 * p["acc"]) for p in mean_curve(evidence.runs(column, row, seeds), point)]
+    if len(curve) < 2:
+        return 0.0, False
+    return curve_gain(curve)[0], curve_trend(curve) == "rising"
+
+
+def saved_config(run: Path) -> dict[str, Any]:
+    return flat(read_toml(run / "config.toml")) if (run / "config.toml").exists() else {}
+
+
+def like_with_like(evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: Sequence[str],
+                   allowed: Sequence[str]) -> list[str]:
+    """Rule 2 on the runs themselves: each (column, row)'s run on the first judged seed."""
+    configs = {}
+    for column, row in pairs:
+        runs = evidence.runs(column, row, seeds[:1])
+        if runs:
+            configs[f"{row} ({column})" if len({c for c, _ in pairs}) > 1 else row] = saved_config(runs[0])
+    return unlike_runs(configs, allowed)
+
+
+def provisional(verdict: str, why: str, excess: float, claimant: tuple[float, bool], other: tuple[float, bool],
+                names: tuple[str, str]) -> tuple[str, str]:
+    if verdict == UNSURE or not still_closing(excess, claimant, other):
+        return verdict, why
+    mover = names[1] if excess > 0 else names[0]
+    gain = other[0] if excess > 0 else claimant[0]
+    return UNSURE, f"{why}, but {mover} is still rising ({gain:+.2f} in the last fifth) and closing: provisional, {verdict}"
+
+
+def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    column, point, first = claim["column"], evidence.point(claim), claim["rows"][0]
+    results = {row: evidence.results(column, row, point) for row in claim["rows"]}
+    absent = [row for row, seeds in results.items() if not seeds]
+    if first in absent or len(absent) >= len(results) - 1:
+        return Judgement(NOT_RUN, "direction")
+    results = {row: seeds for row, seeds in results.items() if seeds}
+    others = [row for row in claim["rows"][1:] if row in results]
+    shared = sorted(set.intersection(*(set(v) for v in results.values())))
+    partly = f"; not run: {', '.join(absent)}" if absent else ""
     if not shared:
-        seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in runs.items())
-        return f"- {claim['text']}: cannot tell: no seed finished for every row ({seeds})"
-    some_seeds_left_out = any(len(v) > len(shared) for v in runs.values())
-    pairwise = (pairwise_on_more_seeds(runs, first, others, len(shared), lambda rows, seeds: seed_noise(
-        out, claim["column"], rows, k, claim.get("point"), seeds)) if some_seeds_left_out else "")
-    runs = {row: {seed: v[seed] for seed in shared} for row, v in runs.items()}
-    acc = {row: statistics.fmean(v.values()) for row, v in runs.items()}
-    strongest = max(others, key=lambda r: acc[r])
-    numbers = ", ".join(f"{r} {acc[r]:.2f}" for r in runs)
-    if some_seeds_left_out:
-        numbers += f"; on the {len(shared)} seed(s) every row finished: {', '.join(shared)}"
-    errors = seed_noise(out, claim["column"], [first, strongest], k, claim.get("point"), shared)
-    rising = provisional(still_rising(out, claim["column"], list(runs), claim.get("point"), shared))
-    return f"- {claim['text']}: {verdict(runs[first], runs[strongest], errors)} ({numbers}{partly}){pairwise}{rising}"
+        seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in results.items())
+        return Judgement(UNSURE, "direction", f"no seed finished for every row ({seeds}){partly}")
+    mean = {row: statistics.fmean(v[s] for s in shared) for row, v in results.items()}
+    strongest = max(others, key=lambda r: mean[r])
+    numbers = ", ".join(f"{r} {mean[r]:.2f}" for r in results)
+    unlike = like_with_like(evidence, [(column, r) for r in results], shared, claim.get("differ_in", ()))
+    if unlike:
+        return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {'; '.join(unlike[:3])}{partly}")
+    excess = [results[first][s] - results[strongest][s] for s in shared]
+    verdict, why = decide(excess, evidence.floor)
+    verdict, why = provisional(verdict, why, statistics.fmean(excess), trend(evidence, column, first, shared, point),
+                               trend(evidence, column, strongest, shared, point), (first, strongest))
+    per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(shared) > 1 else ""
+    return Judgement(verdict, "direction", f"{numbers}; gap to {strongest} {why}{per_seed}{partly}")
 
 
-def pairwise_on_more_seeds(runs: Mapping[str, Mapping[str, float]], first: str, others: Sequence[str], shared: int,
-                           errors_of: Callable[[list[str], list[str]], Mapping[str, float]]) -> str:
-    """Where the first row and another finished more seeds together than every row did: the pair judged on those
-    (their mean gap and the seed-by-seed verdict), so extra seeds of the leading rows are not left unread."""
-    lines = []
-    for other in others:
-        seeds = sorted(set(runs[first]) & set(runs[other]))
-        if len(seeds) > shared:
-            gap = statistics.fmean(runs[first][s] - runs[other][s] for s in seeds)
-            mine, theirs = ({s: v[s] for s in seeds} for v in (runs[first], runs[other]))
-            lines.append(f"over {other}: {verdict(mine, theirs, errors_of([first, other], seeds))} ({gap:+.2f})")
-    return f"; pairwise on the seeds both finished, {first} " + ", ".join(lines) if lines else ""
-
-
-def margin(claim: Mapping[str, Any], out: Path, k: int) -> str:
-    """`row` ahead of each of `over` by at least `at_least` points (means over the seeds both finished)."""
-    point, column, row = claim.get("point"), claim["column"], claim["row"]
-    ours = finals(out, column, row, k, point)
+def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    column, point, row, need = claim["column"], evidence.point(claim), claim["row"], claim["at_least"]
+    judges = f"margin of {need:g} points"
+    ours = evidence.results(column, row, point)
     if not ours:
-        return f"- {claim['text']}: not run"
-    gaps, absent, judged_seeds = {}, [], set()
+        return Judgement(NOT_RUN, judges)
+    verdicts, parts, absent = [], [], []
     for other in claim["over"]:
-        theirs = finals(out, column, other, k, point)
+        theirs = evidence.results(column, other, point)
         shared = sorted(set(ours) & set(theirs))
         if not shared:
             absent.append(other)
             continue
-        gaps[other] = statistics.fmean(ours[s] - theirs[s] for s in shared), len(shared)
-        judged_seeds.update(shared)
-    if not gaps:
-        return f"- {claim['text']}: not run"
-    short = [other for other, (gap, _) in gaps.items() if gap < claim["at_least"]]
-    judged = "holds" if not short else f"does not hold ({', '.join(short)} within {claim['at_least']:g} points)"
-    numbers = ", ".join(f"{gap:+.2f} over {other} ({n} seed{'s' if n > 1 else ''})" for other, (gap, n) in gaps.items())
+        unlike = like_with_like(evidence, [(column, row), (column, other)], shared, claim.get("differ_in", ()))
+        gap = statistics.fmean(ours[s] - theirs[s] for s in shared)
+        if unlike:
+            verdicts.append(UNSURE)
+            parts.append(f"{gap:+.2f} over {other}, but the runs differ in {'; '.join(unlike[:3])}")
+            continue
+        excess = [ours[s] - theirs[s] - need for s in shared]
+        verdict, why = decide(excess, evidence.floor)
+        verdict, why = provisional(verdict, why, statistics.fmean(excess), trend(evidence, column, row, shared, point),
+                                   trend(evidence, column, other, shared, point), (row, other))
+        verdicts.append(verdict)
+        parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
+    if not verdicts:
+        return Judgement(NOT_RUN, judges)
+    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     missing = f"; not run: {', '.join(absent)}" if absent else ""
-    rising = provisional(still_rising(out, column, [row, *gaps], point, sorted(judged_seeds)))
-    return f"- {claim['text']}: {judged} ({numbers}{missing}){rising}"
+    return Judgement(verdict, judges, "; ".join(parts) + missing)
 
 
-def within(claim: Mapping[str, Any], out: Path, k: int) -> str:
-    runs = finals(out, claim["column"], claim["row"], k, claim.get("point"))
-    reference = finals(out, claim["reference"], claim["row"], k, claim.get("point"))
-    if not runs or not reference:
-        return f"- {claim['text']}: not run"
-    value, base = statistics.fmean(runs.values()), statistics.fmean(reference.values())
-    gap = value - base
-    rising = [column for column, seeds in ((claim["column"], runs), (claim["reference"], reference))
-              if still_rising(out, column, [claim["row"]], claim.get("point"), sorted(seeds))]
-    note = provisional([f"{claim['row']} in {', '.join(rising)}"] if rising else [])
-    return (f"- {claim['text']}: {'holds' if abs(gap) <= claim['points'] else 'does not hold'} "
-            f"({claim.get('label', claim['column'])} {value:.2f} over {len(runs)} seeds, {claim['reference']} "
-            f"{base:.2f}, {gap:+.2f}){note}")
+def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    column, reference, row, point = claim["column"], claim["reference"], claim["row"], evidence.point(claim)
+    judges = f"within {claim['points']:g} points"
+    runs, base = evidence.results(column, row, point), evidence.results(reference, row, point)
+    shared = sorted(set(runs) & set(base))
+    if not shared:
+        return Judgement(NOT_RUN, judges)
+    value, ref = statistics.fmean(runs[s] for s in shared), statistics.fmean(base[s] for s in shared)
+    numbers = f"{claim.get('label', column)} {value:.2f}, {reference} {ref:.2f}, {value - ref:+.2f}"
+    # the two columns differ by design (that is the claim): only the rounds must agree
+    unlike = [u for u in like_with_like(evidence, [(column, row), (reference, row)], shared, ())
+              if u.startswith("train.rounds")]
+    if unlike:
+        return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
+    excess = [claim["points"] - abs(runs[s] - base[s]) for s in shared]
+    verdict, why = decide(excess, evidence.floor)
+    mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
+    leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
+    verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, (row, row))
+    return Judgement(verdict, judges, f"{numbers}; room left {why}")
 
 
-KINDS = {"above": above, "within": within, "margin": margin}
+KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {"above": above, "within": within,
+                                                                          "margin": margin}
 
 
-def check_claims(claims: Sequence[Mapping[str, Any]], out: Path, k: int) -> list[str]:
-    """One line per claim: holds, does not hold, mixed, or not run, with the numbers."""
-    return [KINDS[claim.get("kind", "above")](claim, out, k) for claim in claims]
+def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    return KINDS[claim.get("kind", "above")](claim, evidence)
+
+
+def check_claims(claims: Sequence[Mapping[str, Any]], evidence: Evidence) -> list[str]:
+    """One line per claim: the verdict, and the numbers and rule that decided it."""
+    return [judge(claim, evidence).line(claim["text"]) for claim in claims]
+
+
+def measured_floor(noise: Optional[Mapping[str, Any]], folders: Sequence[Path], k: int,
+                   point: Optional[str]) -> tuple[Optional[float], str]:
+    """The suite's noise floor (rule 3) from its `noise` rows, in the first of `folders` where two or more of them
+    finished one seed: (the pooled standard deviation over those seeds, where it was measured)."""
+    if not noise:
+        return None, "no noise rows in the suite"
+    for folder in folders:
+        by_seed: dict[str, list[float]] = {}
+        for row in noise["rows"]:
+            for run in finished_runs(folder / noise["column"], row):
+                by_seed.setdefault(run.name, []).append(100 * mean_of_last(run, k, point, rounds=True))
+        spreads = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
+        if spreads:
+            floor = math.sqrt(statistics.fmean(s ** 2 for s in spreads.values()))
+            repeats = max(len(by_seed[s]) for s in spreads)
+            return floor, (f"{floor:.2f} points, the standard deviation of {noise['rows'][0]} over {repeats} repeats "
+                           f"of one config in column {noise['column']} ({folder.name})")
+    return None, f"not measured yet (rows {', '.join(noise['rows'])} in column {noise['column']})"

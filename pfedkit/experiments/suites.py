@@ -15,7 +15,7 @@ from pfedkit.experiments.reproduce import Column, Scale, Suite
 
 PAPERS = Path(__file__).with_name("papers")
 SUITE_KEYS = {"name", "paper", "rows", "base", "columns", "scales", "row_changes", "pretrain", "claims", "threads",
-              "last_k", "cost_column", "notes", "paper_point"}
+              "last_k", "cost_column", "notes", "paper_point", "noise"}
 COLUMN_KEYS = {"label", "changes", "paper", "rows", "row_changes", "source"}
 SCALE_KEYS = {"about", "round_s", "changes", "row_changes", "pretrain"}
 # point: the evaluation point judged, else each run's own; differ_in: the config keys in which the compared rows may
@@ -64,10 +64,17 @@ def suite_from_toml(path: Path) -> Suite:
     if paper_point not in (None, "start", "after-local"):
         raise ConfigError(f"{path}: paper_point = {paper_point!r}; use \"start\" or \"after-local\" (the evaluation point "
                           "the paper's numbers are read at)")
+    noise = data.get("noise")
+    if noise is not None:
+        _check(noise, {"column", "rows"}, f"{path} noise")
+        if noise.get("column") not in columns or len(noise.get("rows", ())) < 2 or set(noise["rows"]) - set(rows):
+            raise ConfigError(f"{path}: noise needs a column of the suite and two or more of its rows (repeats of one "
+                              "config differing only in run.repeat)")
     return Suite(name=data["name"], paper=data["paper"], base=data["base"], columns=columns, rows=rows, scales=scales,
                  row_changes=data.get("row_changes", {}), pretrain=data.get("pretrain"),
                  claims=tuple(data.get("claims", ())), threads=data.get("threads"), last_k=data.get("last_k"),
-                 cost_column=data.get("cost_column"), notes=data.get("notes", ""), paper_point=paper_point)
+                 cost_column=data.get("cost_column"), notes=data.get("notes", ""), paper_point=paper_point,
+                 noise=noise)
 
 
 SUITES: dict[str, Suite] = {suite.name: suite for suite in map(suite_from_toml, sorted(PAPERS.glob("*.toml")))}

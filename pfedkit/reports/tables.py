@@ -103,17 +103,24 @@ def mean_curve(runs: Sequence[Path], point: Optional[str] = None) -> list[dict[s
     return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
 
 
+def curve_gain(curve: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """(gain, rounds apart): the mean of the last fifth of (round, accuracy) points less the mean of the fifth before,
+    and how many rounds apart those fifths' centres are."""
+    fifth = max(1, len(curve) // 5)
+    last, before = curve[-fifth:], curve[-2 * fifth:-fifth] or curve[:1]
+    gain = statistics.fmean(a for _, a in last) - statistics.fmean(a for _, a in before)
+    return gain, statistics.fmean(r for r, _ in last) - statistics.fmean(r for r, _ in before)
+
+
 def curve_trend(curve: Sequence[tuple[int, float]]) -> str:
     """"flat", "rising", "peaked" or "short" (too few evaluations to tell) for (round, accuracy in %) points, by the
     rule above."""
     if len(curve) < MIN_EVALUATIONS:
         return "short"
-    fifth = len(curve) // 5
-    last, before = curve[-fifth:], curve[-2 * fifth:-fifth]
-    gain = statistics.fmean(a for _, a in last) - statistics.fmean(a for _, a in before)
-    apart = statistics.fmean(r for r, _ in last) - statistics.fmean(r for r, _ in before)
+    gain, apart = curve_gain(curve)
     if gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS):
         return "rising"
+    last = curve[-(len(curve) // 5):]
     return "peaked" if max(a for _, a in last) < max(a for _, a in curve) - PEAK_POINTS else "flat"
 
 

@@ -1,0 +1,161 @@
+"""The rules a claim's verdict follows (pfedkit.experiments.claims), one test each, on hand-made runs; and the
+generated claims table in docs/REPRODUCTION.md agrees with the committed runs and with its own prose."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pfedkit.config import dump_toml
+from pfedkit.experiments.claims import FAILS, HOLDS, UNSURE, Evidence, decide, gap_error, judge, measured_floor
+from pfedkit.io import atomic_write_csv
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(folder: Path, accs, *, rounds=None, after=None, config=None):
+    """A finished run folder: accuracies (0-1) one evaluation a round, optionally after local training too."""
+    folder.mkdir(parents=True)
+    rows = [{"round": i, "acc": a, **({"acc_after": after[i]} if after else {})} for i, a in enumerate(accs)]
+    atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc"] + (["acc_after"] if after else []))
+    (folder / "summary.json").write_text(json.dumps({"best_acc": max(accs), "last_acc": accs[-1],
+                                                     "rounds": rounds or len(accs) - 1,
+                                                     "eval_point": "both" if after else "start"}))
+    (folder / "config.toml").write_text(dump_toml(config or {"train": {"rounds": len(accs) - 1},
+                                                            "data": {"dataset": "cifar10", "fraction": 0.2}}))
+
+
+def flat_run(folder: Path, value: float, n: int = 20, **kw):
+    run(folder, [value] * n, **kw)
+
+
+ABOVE = {"text": "a above b", "column": "col", "rows": ["a", "b"]}
+
+
+def test_rule_1_a_claim_is_judged_at_the_point_its_suite_declares_for_the_paper(tmp_path):
+    run(tmp_path / "col" / "a" / "seed0", [0.6] * 12, after=[0.7] * 12)  # a leads at the round start
+    run(tmp_path / "col" / "b" / "seed0", [0.5] * 12, after=[0.9] * 12)  # b leads after local training
+    assert judge(ABOVE, Evidence(tmp_path, 5, floor=1.0)).verdict == HOLDS  # each run's own point: the start
+    declared = Evidence(tmp_path, 5, paper_point="after-local", floor=1.0)
+    assert judge(ABOVE, declared).verdict == FAILS
+    assert judge({**ABOVE, "point": "start"}, declared).verdict == HOLDS  # a claim naming its point keeps it
+
+
+def test_rule_2_rows_are_compared_only_at_equal_rounds_and_data(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.8)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.5, config={"train": {"rounds": 19}, "data": {"fraction": 0.5}})
+    verdict = judge(ABOVE, Evidence(tmp_path, 5, floor=1.0))
+    assert verdict.verdict == UNSURE and "data.fraction" in verdict.detail
+    allowed = judge({**ABOVE, "differ_in": ["data.fraction"]}, Evidence(tmp_path, 5, floor=1.0))
+    assert allowed.verdict == UNSURE and "data.dataset" in allowed.detail  # b's config lacks the data set a names
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.5, config={"train": {"rounds": 19},
+                                                            "data": {"dataset": "cifar10", "fraction": 0.2}})
+    assert judge({**ABOVE, "rows": ["a", "c"]}, Evidence(tmp_path, 5, floor=1.0)).verdict == HOLDS
+    flat_run(tmp_path / "col" / "d" / "seed0", 0.5, config={"train": {"rounds": 40},
+                                                            "data": {"dataset": "cifar10", "fraction": 0.2}})
+    longer = judge({**ABOVE, "rows": ["a", "d"]}, Evidence(tmp_path, 5, floor=1.0))
+    assert longer.verdict == UNSURE and "train.rounds" in longer.detail  # a 40-round row against a 19-round one
+    flat_run(tmp_path / "col" / "e" / "seed1", 0.5)  # no seed in common with a
+    assert "no seed finished for every row" in judge({**ABOVE, "rows": ["a", "e"]}, Evidence(tmp_path, 5)).detail
+
+
+def test_rule_3_between_seeds_the_error_comes_from_the_spread_of_the_gaps():
+    # FedAFK's "w/o KT below FedAFK": gaps +0.49, +0.90, +0.03; their spread gives a standard error of 0.25
+    assert gap_error([0.49, 0.90, 0.03], None) == pytest.approx(0.2513, abs=1e-4)
+    assert decide([0.49, 0.90, 0.03], None)[0] == UNSURE  # mean +0.47 < 2 x 0.25, whatever each seed's own noise
+    assert decide([0.49, 0.52, 0.47], None)[0] == HOLDS
+    assert decide([-0.49, -0.52, -0.47], None)[0] == FAILS
+    # never below the noise floor: three equal gaps of 0.3 with a floor of 0.5 (0.5 x sqrt(2/3) = 0.41)
+    assert gap_error([0.3, 0.3, 0.3], 0.5) == pytest.approx(0.5 * (2 / 3) ** 0.5)
+    assert decide([0.3, 0.3, 0.3], 0.5)[0] == UNSURE
+
+
+def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config(tmp_path):
+    assert decide([5.0], None)[0] == UNSURE  # however large: nothing says what one seed's noise is
+    assert decide([5.0], 1.0)[0] == HOLDS  # beyond 2 x 1.41
+    assert decide([2.5], 1.0)[0] == UNSURE
+    for repeat, value in enumerate((0.50, 0.52, 0.48)):  # one config, three draws of its training randomness
+        flat_run(tmp_path / "col" / ("r" if repeat == 0 else f"r-repeat{repeat}") / "seed0", value)
+    noise = {"column": "col", "rows": ["r", "r-repeat1", "r-repeat2"]}
+    floor, text = measured_floor(noise, [tmp_path / "missing", tmp_path], 5, None)
+    assert floor == pytest.approx(2.0) and "3 repeats" in text  # the standard deviation of 50, 52, 48
+    assert measured_floor(noise, [tmp_path / "missing"], 5, None)[0] is None
+
+
+def test_rule_4_a_verdict_is_at_most_cannot_tell_while_the_curve_that_could_close_the_gap_rises(tmp_path):
+    flat_run(tmp_path / "col" / "flat" / "seed0", 0.50)
+    run(tmp_path / "col" / "rising" / "seed0", [0.20 + 0.01 * r for r in range(20)])  # +1 point a round, at 34.5
+    run(tmp_path / "col" / "away" / "seed0", [0.60 + 0.01 * r for r in range(20)])  # ahead and rising away
+    evidence = Evidence(tmp_path, 5, floor=0.1)
+    closing = judge({"text": "flat above rising", "column": "col", "rows": ["flat", "rising"]}, evidence)
+    assert closing.verdict == UNSURE and "rising is still rising" in closing.detail and "provisional, holds" in closing.detail
+    assert judge({"text": "away above flat", "column": "col", "rows": ["away", "flat"]}, evidence).verdict == HOLDS
+    short = judge({"text": "rising above flat", "column": "col", "rows": ["rising", "flat"]}, evidence)
+    assert short.verdict == UNSURE  # behind, but the claimant is the one rising: the shortfall may close
+    behind = judge({"text": "flat above away", "column": "col", "rows": ["flat", "away"]}, evidence)
+    assert behind.verdict == FAILS  # the leader rising away cannot close the gap
+
+
+def test_rule_5_a_claim_says_whether_it_judges_the_direction_or_the_papers_margin(tmp_path):
+    # HEART-PFL against PerAda: level (mean gap -0.06), so "above" cannot be told, "above by +0.98" does not hold
+    for seed, (mine, theirs) in enumerate(((0.9146, 0.9144), (0.9130, 0.9148), (0.9160, 0.9162))):
+        flat_run(tmp_path / "col" / "heart" / f"seed{seed}", mine)
+        flat_run(tmp_path / "col" / "perada" / f"seed{seed}", theirs)
+    evidence = Evidence(tmp_path, 5, floor=0.1)
+    direction = judge({"text": "above", "column": "col", "rows": ["heart", "perada"]}, evidence)
+    assert (direction.verdict, direction.judges) == (UNSURE, "direction")
+    by_margin = judge({"kind": "margin", "text": "by 0.98", "column": "col", "row": "heart", "over": ["perada"],
+                       "at_least": 0.98}, evidence)
+    assert (by_margin.verdict, by_margin.judges) == (FAILS, "margin of 0.98 points")
+
+
+def test_within_judges_closeness_between_two_columns(tmp_path):
+    flat_run(tmp_path / "ood" / "h" / "seed0", 0.500)
+    flat_run(tmp_path / "in" / "h" / "seed0", 0.503)
+    claim = {"kind": "within", "text": "ood near", "column": "ood", "row": "h", "reference": "in", "points": 1.0}
+    assert judge(claim, Evidence(tmp_path, 5)).verdict == UNSURE  # one seed, no floor
+    assert judge(claim, Evidence(tmp_path, 5, floor=0.1)).verdict == HOLDS
+    assert judge({**claim, "points": 0.2}, Evidence(tmp_path, 5, floor=0.01)).verdict == FAILS
+
+
+BOLD_VERDICT = re.compile(r"\*\*(holds|does not hold|cannot tell)\*\*")
+CITED = re.compile(r"`([a-z0-9-]+#\d+(?:/[a-z]+)?)`")
+
+
+def generated_claims(document: str) -> tuple[str, dict[str, str]]:
+    from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
+
+    assert CLAIMS_BEGIN in document and CLAIMS_END in document
+    block = document.split(CLAIMS_BEGIN, 1)[1].split(CLAIMS_END, 1)[0]
+    verdicts = {}
+    for line in block.splitlines():
+        cited, verdict = CITED.search(line), BOLD_VERDICT.search(line)
+        if cited and verdict:
+            verdicts[cited.group(1)] = verdict.group(1)
+    return block, verdicts
+
+
+def test_the_claims_table_in_the_document_is_the_one_the_committed_runs_generate():
+    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.experiments.suites import SUITES
+
+    block, _ = generated_claims((REPO / "docs" / "REPRODUCTION.md").read_text())
+    expected = claims_table(REPO / "benchmarks" / "results", list(SUITES.values()))
+    assert block.strip().splitlines() == expected, "run `python benchmarks/reproduce.py --claims` and commit"
+
+
+def test_the_prose_states_no_verdict_the_generated_table_does_not():
+    """Outside the generated block, a verdict in bold cites the claim it is about (`suite#N`, `suite#N/scale`) on
+    its line, and is that claim's generated verdict."""
+    from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
+
+    document = (REPO / "docs" / "REPRODUCTION.md").read_text()
+    _, verdicts = generated_claims(document)
+    prose = document.split(CLAIMS_BEGIN, 1)[0] + document.split(CLAIMS_END, 1)[1]
+    for line in prose.splitlines():
+        for said in BOLD_VERDICT.findall(line):
+            cited = CITED.findall(line)
+            assert cited, f"a verdict in bold without the claim it is about: {line[:120]}"
+            assert all(verdicts.get(c) == said for c in cited), f"the table says otherwise: {line[:160]}"
