@@ -4,7 +4,8 @@ function here, so that no verdict can contradict them. docs/REPRODUCTION.md's cl
 
 Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, against the
 strongest of them. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points.
-"within" judges closeness: `row` in `column` within `points` of the same row in the `reference` column.
+"within" judges closeness: `row` in `column` within `points` of the same row in the `reference` column; "number"
+judges a match: `row` within `points` of a paper's number `value` (one run against a constant: the floor counts once).
 Every kind compares the mean accuracy of the evaluations in each run's last k rounds (the same stretch of training
 for a row evaluated every round and an FT row evaluated every 5). The rules:
 
@@ -27,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pfedkit.config import flat, read_toml
+from pfedkit.config import flat, parse_config, read_toml
+from pfedkit.errors import PfedkitError
 from pfedkit.reports.tables import curve_gain, curve_trend, finished_runs, mean_curve, mean_of_last
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
@@ -131,7 +133,14 @@ def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point
 
 
 def saved_config(run: Path) -> dict[str, Any]:
-    return flat(read_toml(run / "config.toml")) if (run / "config.toml").exists() else {}
+    """The run's config.toml as flat keys, with the defaults of keys added since it ran (an absent key is its default)."""
+    if not (run / "config.toml").exists():
+        return {}
+    raw = read_toml(run / "config.toml")
+    try:
+        return flat(parse_config(raw).to_dict())
+    except PfedkitError:  # a config this version no longer reads: compare what it says
+        return flat(raw)
 
 
 def like_with_like(evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: Sequence[str],
@@ -230,13 +239,35 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     excess = [claim["points"] - abs(runs[s] - base[s]) for s in shared]
     verdict, why = decide(excess, evidence.floor)
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
+    names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
-    verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, (row, row))
+    names = names if value < ref else names[::-1]
+    verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, names)
     return Judgement(verdict, judges, f"{numbers}; room left {why}")
 
 
+def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """`row` in `column` within `points` of a paper's number `value`: a replication's match, judged like "within"."""
+    column, row, point, target = claim["column"], claim["row"], evidence.point(claim), claim["value"]
+    judges = f"within {claim['points']:g} points of {target:g}"
+    runs = evidence.results(column, row, point)
+    if not runs:
+        return Judgement(NOT_RUN, judges)
+    value = statistics.fmean(runs.values())
+    excess = [claim["points"] - abs(v - target) for v in runs.values()]
+    verdict, why = decide(excess, evidence.floor / math.sqrt(2) if evidence.floor is not None else None)
+    gain, rising = trend(evidence, column, row, sorted(runs), point)
+    # the number stays put: only the row's own curve can close the distance (rising towards it, or away from it)
+    towards = (value < target) == (gain > 0)
+    if verdict != UNSURE and rising and (towards if verdict == FAILS else not towards):
+        verdict, why = UNSURE, f"{why}, but {row} is still rising ({gain:+.2f} in the last fifth): provisional, {verdict}"
+    at = f" at {point}" if point else ""
+    return Judgement(verdict, judges, f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; "
+                                      f"room left {why}")
+
+
 KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {"above": above, "within": within,
-                                                                          "margin": margin}
+                                                                          "margin": margin, "number": number}
 
 
 def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:

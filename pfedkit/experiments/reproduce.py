@@ -414,7 +414,12 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 detail = judgement.detail.replace("|", "/")
                 lines.append(f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
                              f"| {scale}, {rounds} | `{claim_id(suite, number, scale)}` |")
-    return lines
+    floors = []
+    for suite in suites:
+        folders = [root / results_folder(suite.name, scale) for scale in suite.scales]
+        if suite.claims and any(has_runs(f) for f in folders):
+            floors.append(f"- {suite.name}: {suite_evidence(suite, next(f for f in folders if has_runs(f)))[1]}")
+    return lines + (["", "Noise floors (rule 3), per suite:", "", *floors] if floors else [])
 
 
 def claim_id(suite: Suite, number: int, scale: str) -> str:

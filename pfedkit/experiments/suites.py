@@ -22,7 +22,8 @@ SCALE_KEYS = {"about", "round_s", "changes", "row_changes", "pretrain"}
 # differ (what the paper says differs), beyond the methods themselves
 CLAIM_KEYS = {"above": {"text", "column", "rows", "point", "differ_in"},
               "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"},
-              "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"}}
+              "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
+              "number": {"kind", "text", "column", "row", "value", "points", "point"}}
 
 
 def _check(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
