@@ -33,7 +33,7 @@ def test_fedamp_attention_weights_and_cloud_models_by_hand():
         xi = {**off, i: 1.0 - sum(off.values())}
         self_weights.append(xi[i])
         assert 0 < off[min(off)] < 0.25  # the attention is neither zero nor saturated here
-        payload = method.broadcast(server, 1, i)
+        payload = method.payload(server, 1, i)
         for k in base:
             expected = sum(xi[j] * models[j][k] for j in cids)
             torch.testing.assert_close(payload[k], expected, atol=1e-6, rtol=0)
@@ -99,14 +99,14 @@ def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
     server = method.init_server()
     replies = {}
     for cid in range(4):
-        reply, _ = method.local_update(method.broadcast(server, 0, cid), method.init_client(cid, tiny_data(cid, n=10)),
+        reply, _ = method.local_update(method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid, n=10)),
                                        tiny_data(cid, n=10), round=0)
         assert reply["fomo_ids"].numel() == 0  # nothing stored yet in round 0
         replies[cid] = reply
     replies[0] = {**replies[0], "fomo_ids": torch.tensor([3, 1]), "fomo_weights": torch.tensor([0.7, -0.2], dtype=torch.float64)}
     server = method.aggregate(server, replies, 0)
     assert server["affinity"][0, 3] == pytest.approx(0.7) and server["affinity"][0, 1] == pytest.approx(-0.2)
-    payload = method.broadcast(server, 1, 0)
+    payload = method.payload(server, 1, 0)
     assert payload["fomo_ids"].tolist()[0] == 3 and 0 not in payload["fomo_ids"].tolist()
     assert torch.equal(payload["fomo.0.head.weight"], replies[3]["head.weight"])
     reply, after = method.local_update(payload, method.init_client(0, tiny_data(0, n=10)), tiny_data(0, n=10), 1)
@@ -203,13 +203,13 @@ def test_pfedhn_gradients_reach_the_embedding_of_the_client_that_trained_and_no_
     replies = {}
     for cid in range(3):
         data = tiny_data(cid, n=8)
-        payload = method.broadcast(server, 0, cid)
+        payload = method.payload(server, 0, cid)
         reply, kept = method.local_update(payload, {}, data, 0)
         assert kept == {} and set(reply) == {"delta." + k for k in payload} | {"num_samples"}
         replies[cid] = reply
     server = method.aggregate(server, replies, 0)  # every client has a stored embedding now
     data = tiny_data(1, n=8)
-    payload = method.broadcast(server, 1, 1)
+    payload = method.payload(server, 1, 1)
     reply, _ = method.local_update(payload, {}, data, 1)
     w = leaf(payload)
     expected_step = sgd(w, F.cross_entropy(forward(w, data.train_x)[1], data.train_y))

@@ -66,10 +66,10 @@ def round_tasks(method, fed, round: int, kind: str = "train", evaluate_after: bo
     clients = {cid: method.init_client(cid, fed.client(cid)) for cid in range(fed.num_clients)}
     replies = {}
     for cid in clients:
-        replies[cid], clients[cid] = method.local_update(method.broadcast(server, round - 1, cid), clients[cid],
+        replies[cid], clients[cid] = method.local_update(method.payload(server, round - 1, cid), clients[cid],
                                                          fed.client(cid), round - 1)
     server = method.aggregate(server, replies, round - 1)
-    return [Task(kind, cid, round, method.broadcast(server, round, cid), clients[cid], len(fed.train_idx[cid]),
+    return [Task(kind, cid, round, method.payload(server, round, cid), clients[cid], len(fed.train_idx[cid]),
                  evaluate_after) for cid in clients]
 
 

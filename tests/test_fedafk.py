@@ -83,7 +83,7 @@ def test_one_local_round_equals_the_hand_computation(form, step):
     client = method.init_client(0, data)
     client = {k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
               for k, v in client.items()}  # a client whose extractor and head differ from the global ones
-    reply, new = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
+    reply, new = method.local_update(method.payload(server, 0, 0), client, data, 0)
     tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5, form, step)
     assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(reply["body.0.bias"], tg[1], atol=1e-6)
     assert torch.allclose(new["body.0.weight"], ti[0].float(), atol=1e-6)
@@ -196,7 +196,7 @@ def mu_after_round(params, batch_size):
     method = make("fedafk", params=params, batch_size=batch_size, lr=0.1)
     server, data = method.init_server(), tiny_data(n=8)
     client = method.init_client(0, data)
-    _, state = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
+    _, state = method.local_update(method.payload(server, 0, 0), client, data, 0)
     return state["mu"]
 
 

@@ -109,11 +109,11 @@ def test_a_client_receives_its_own_combined_head_with_the_global_body_and_centro
     method = make("fedpac")
     replies = fedpac_replies(method)
     server = method.aggregate(method.init_server(), replies, round=0)
-    payload = method.broadcast(server, 1, cid=3)
+    payload = method.payload(server, 1, cid=3)
     assert torch.equal(payload["head.weight"], server[HEAD_KEY.format(cid=3) + "weight"])
     assert not any(k.startswith("combined_head") for k in payload)  # no other client's head travels
     assert torch.equal(payload["protos"], aggregate_prototypes(replies[c] for c in (0, 3, 7))["protos"])
-    assert "head.weight" not in method.broadcast(server, 1, cid=5)  # never selected: no combined head yet
+    assert "head.weight" not in method.payload(server, 1, cid=5)  # never selected: no combined head yet
 
 
 @pytest.mark.parametrize("direction", ["others-through-own", "own-through-others"])
@@ -148,13 +148,13 @@ def test_fedpac_first_round_has_no_alignment_and_later_rounds_do():
     data = tiny_data(n=12)
     method, plain = make("fedpac"), make("fedpac", params={"align_weight": 0.0})
     server = method.init_server()
-    first, _ = method.local_update(method.broadcast(server, 0, 0), method.init_client(0, data), data, 0)
-    reference, _ = plain.local_update(plain.broadcast(server, 0, 0), plain.init_client(0, data), data, 0)
+    first, _ = method.local_update(method.payload(server, 0, 0), method.init_client(0, data), data, 0)
+    reference, _ = plain.local_update(plain.payload(server, 0, 0), plain.init_client(0, data), data, 0)
     for key in ("body.0.weight", "head.weight"):
         assert torch.equal(first[key], reference[key])  # no centroids yet: CE only
     server = method.aggregate(server, {0: first}, round=0)
-    aligned, _ = method.local_update(method.broadcast(server, 1, 0), method.init_client(0, data), data, 1)
-    unaligned, _ = plain.local_update(plain.broadcast(server, 1, 0), plain.init_client(0, data), data, 1)
+    aligned, _ = method.local_update(method.payload(server, 1, 0), method.init_client(0, data), data, 1)
+    unaligned, _ = plain.local_update(plain.payload(server, 1, 0), plain.init_client(0, data), data, 1)
     assert not torch.allclose(aligned["body.0.weight"], unaligned["body.0.weight"])
     assert torch.equal(aligned["head.weight"], unaligned["head.weight"])  # the head epoch comes before alignment
 
@@ -163,7 +163,7 @@ def test_fedpac_reply_statistics_use_the_received_body_and_centroids_the_trained
     data = tiny_data(n=12)
     method = make("fedpac")
     server = method.init_server()
-    reply, client = method.local_update(method.broadcast(server, 0, 0), method.init_client(0, data), data, 0)
+    reply, client = method.local_update(method.payload(server, 0, 0), method.init_client(0, data), data, 0)
     received = method.load(server, method.init_client(0, data))
     with torch.no_grad():
         variance, h = feature_statistics(received.body(data.train_x), data.train_y, 2)
@@ -204,10 +204,10 @@ def test_fedproto_sends_only_prototypes_and_its_step_is_ce_plus_prototype_mse():
     data = tiny_data(n=12)
     method = make("fedproto", params={"proto_weight": 0.7}, batch_size=12)  # one step: all 12 samples
     server = method.init_server()
-    reply, client = method.local_update(method.broadcast(server, 0, 0), method.init_client(0, data), data, 0)
+    reply, client = method.local_update(method.payload(server, 0, 0), method.init_client(0, data), data, 0)
     assert set(reply) == {"protos", "proto_counts", "num_samples"}
     server = {"protos": torch.tensor([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]]), "proto_counts": torch.tensor([3, 0])}
-    stepped, _ = method.local_update(method.broadcast(server, 1, 0), client, data, 1)
+    stepped, _ = method.local_update(method.payload(server, 1, 0), client, data, 1)
     # by hand: CE + 0.7 * mean over batch x dims of (z - P[y])^2, where only class 0 has a prototype
     params = {k: v.clone().requires_grad_() for k, v in client.items()}
     z = torch.relu(data.train_x @ params["body.0.weight"].T + params["body.0.bias"])
@@ -218,7 +218,7 @@ def test_fedproto_sends_only_prototypes_and_its_step_is_ce_plus_prototype_mse():
     with torch.no_grad():
         z_after = torch.relu(data.train_x @ after["body.0.weight"].T + after["body.0.bias"])
     torch.testing.assert_close(stepped["protos"], class_means(z_after, data.train_y, 2)[0], atol=1e-6, rtol=0)
-    model = method.personalized_model(client, method.broadcast(server, 1, 0), data, 1)
+    model = method.personalized_model(client, method.payload(server, 1, 0), data, 1)
     assert isinstance(model, NearestPrototype)
 
 
@@ -236,9 +236,9 @@ def test_fedgh_server_trains_the_global_head_on_class_means():
     assert set(after) == {"head.weight", "head.bias"}
     assert loss(after) < loss(server) - 0.05
     data = tiny_data()
-    reply, client = method.local_update(method.broadcast(after, 1, 0), method.init_client(0, data), data, 1)
+    reply, client = method.local_update(method.payload(after, 1, 0), method.init_client(0, data), data, 1)
     assert set(reply) == {"protos", "proto_counts", "num_samples"} and set(client) == {"body.0.weight", "body.0.bias"}
-    model = method.personalized_model(client, method.broadcast(after, 1, 0), data, 1)
+    model = method.personalized_model(client, method.payload(after, 1, 0), data, 1)
     assert torch.equal(model.head.weight, after["head.weight"]) and torch.equal(model.body[0].weight, client["body.0.weight"])
 
 

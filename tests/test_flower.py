@@ -98,7 +98,7 @@ def two_rounds(method, data) -> list[dict]:
     for round in range(2):
         replies = {}
         for cid in range(2):
-            payload = method.broadcast(server, round, cid)
+            payload = method.payload(server, round, cid)
             replies[cid], clients[cid] = method.local_update(payload, clients[cid], datasets[cid], round)
             messages += [payload, replies[cid]]
         server = method.aggregate(server, replies, round)

@@ -20,7 +20,7 @@ def replies_from(start_method: str) -> dict:
     fed = build_federated(config)
     method = make_method(config, fed)
     server = method.init_server()
-    tasks = [Task("train", cid, 0, method.broadcast(server, 0, cid), method.init_client(cid, fed.client(cid)),
+    tasks = [Task("train", cid, 0, method.payload(server, 0, cid), method.init_client(cid, fed.client(cid)),
                   int(fed.train_sizes()[cid])) for cid in range(fed.num_clients)]
     with Executor(method, fed, 2, start_method=start_method) as executor:
         return {cid: reply for cid, (reply, _, _) in executor.run(tasks)}

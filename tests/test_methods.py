@@ -70,7 +70,7 @@ def test_fedper_never_uploads_the_head_and_keeps_it_local():
     server, data = method.init_server(), tiny_data()
     assert model_keys(server) and all(k.startswith("body.") for k in model_keys(server))
     client = method.init_client(0, data)
-    reply, new_client = method.local_update(method.broadcast(server, 0, 0), client, data, 0)
+    reply, new_client = method.local_update(method.payload(server, 0, 0), client, data, 0)
     assert all(k.startswith("body.") for k in model_keys(reply))
     assert set(new_client) == {"head.weight", "head.bias"}
     assert not torch.equal(new_client["head.weight"], client["head.weight"])  # the head was trained
@@ -87,7 +87,7 @@ def test_lg_fedavg_shares_the_head_not_the_body():
 def test_local_sends_no_model():
     method = make("local")
     data = tiny_data()
-    reply, client = method.local_update(method.broadcast(method.init_server(), 0, 0), method.init_client(0, data), data, 0)
+    reply, client = method.local_update(method.payload(method.init_server(), 0, 0), method.init_client(0, data), data, 0)
     assert model_keys(reply) == set() and model_keys(client) == model_keys(method.initial_state())
 
 

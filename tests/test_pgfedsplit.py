@@ -55,7 +55,7 @@ def test_alpha_solver_finds_the_minimizer_of_a_convex_function_on_the_unit_inter
 
 
 def head_payload(method, server):
-    payload = method.broadcast(server, 0, 0)
+    payload = method.payload(server, 0, 0)
     g = torch.Generator().manual_seed(5)
     payload[AGG + "weight"] = torch.randn(2, 3, generator=g)
     payload[AGG + "bias"] = torch.randn(2, generator=g)
@@ -86,7 +86,7 @@ def test_the_server_aggregates_heads_every_period_and_a_client_that_missed_one_g
     for round, sampled in schedule.items():
         replies = {}
         for cid in sampled:
-            payload = method.broadcast(server, round, cid)
+            payload = method.payload(server, round, cid)
             if any(k.startswith(AGG) for k in payload):
                 alphas[(round, cid)] = round - clients[cid]["last_adapted"]
             replies[cid], clients[cid] = method.local_update(payload, clients[cid], data[cid], round)

@@ -49,7 +49,7 @@ def test_fedavgm_two_server_steps_equal_a_hand_computation():
         server = method.aggregate(server, replies, round)
         for k in w:
             assert torch.allclose(server[k], w[k], atol=1e-6) and torch.allclose(server["server_momentum." + k], v[k], atol=1e-6)
-    payload = method.broadcast(server, 2, 0)
+    payload = method.payload(server, 2, 0)
     assert not any(k.startswith("server_momentum.") for k in payload)  # the momentum never leaves the server
 
 
@@ -133,8 +133,8 @@ def test_one_import_serves_a_method():
 def test_the_examples_tiny_update_is_fedavgs(tmp_path):
     method = make_fedavgm()
     server, data = method.init_server(), tiny_data(n=8)
-    reply, _ = method.local_update(method.broadcast(server, 0, 0), {}, data, 0)
-    assert reply["num_samples"] == 8 and set(reply) - {"num_samples"} == set(method.broadcast(server, 0, 0))
+    reply, _ = method.local_update(method.payload(server, 0, 0), {}, data, 0)
+    assert reply["num_samples"] == 8 and set(reply) - {"num_samples"} == set(method.payload(server, 0, 0))
 
 
 def test_a_module_file_named_in_a_config_file_is_found_beside_that_file(tmp_path, monkeypatch):
@@ -147,3 +147,46 @@ def test_a_module_file_named_in_a_config_file_is_found_beside_that_file(tmp_path
     monkeypatch.chdir(tmp_path)  # elsewhere: the path is read relative to the config file, not the working folder
     config = load_config(folder / "run.toml")
     assert config.method.module == str(folder / "beside.py")
+
+
+PART_SHARING = sorted(n for n, cls in METHODS.items() if issubclass(cls, pfedkit.methods.PartSharing)
+                      and cls.broadcast is pfedkit.methods.PartSharing.broadcast)
+
+
+@pytest.mark.parametrize("name", PART_SHARING)
+def test_a_part_sharing_method_still_sends_its_whole_server_state_after_a_round(name):
+    """Before server_only and `sent`, PartSharing sent the whole server state: every method that broadcasts that way
+    sends the same keys now (its bytes_down unchanged), at the start and after a round of aggregation."""
+    from tests.conftest import make
+
+    method = make(name, params={"expected_participations": 2} if name == "fedphp" else None)
+    server = method.init_server()
+    for round in range(2):
+        payload = method.payload(server, round, 0)
+        assert set(payload) == {k for k in server if not method.is_server_only(k)}, name
+        replies = {cid: method.local_update(method.payload(server, round, cid), method.init_client(cid, tiny_data(cid)),
+                                            tiny_data(cid), round)[0] for cid in range(2)}
+        server = method.aggregate(server, replies, round)
+
+
+@pytest.mark.parametrize("name", ["fedavgm", "fedpac", "pgfedsplit"])
+def test_server_only_keys_are_never_broadcast(name):
+    """The one declared place (Method.server_only) holds FedAvgM's momentum, FedPAC's per-client combined heads and
+    PGFedSplit's period schedule: none reaches a client, whatever broadcast returns."""
+    from tests.conftest import make
+
+    method = make_fedavgm() if name == "fedavgm" else make(name, params={"period_init": 1} if name == "pgfedsplit" else None)
+    server = method.init_server()
+    replies = {cid: method.local_update(method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid)),
+                                        tiny_data(cid), 0)[0] for cid in range(2)}
+    server = method.aggregate(server, replies, 0)
+    kept = [k for k in server if method.is_server_only(k)]
+    assert kept, f"{name} holds no server-only state to test"
+    for cid in range(2):
+        assert not any(method.is_server_only(k) for k in method.payload(server, 1, cid))
+    leaky = type(method).broadcast  # a broadcast that returns everything is still filtered
+    try:
+        type(method).broadcast = lambda self, server, round, cid: dict(server)
+        assert not set(kept) & set(method.payload(server, 1, 0))
+    finally:
+        type(method).broadcast = leaky

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from pfedkit.methods import HyperParams, PartSharing, State, register, select, weighted_mean
 
-MOMENTUM = "server_momentum."  # the server-only buffer: never broadcast
+MOMENTUM = "server_momentum."  # the server-only buffer
 
 
 class FedAvgMParams(HyperParams):
@@ -29,13 +29,11 @@ class FedAvgM(PartSharing):
     name = "fedavgm"
     summary = "FedAvg with server momentum on the averaged update"
     Params = FedAvgMParams
+    server_only = (MOMENTUM,)  # declared here, the momentum is never broadcast
 
     def init_server(self) -> State:
         model = super().init_server()
         return {**model, **{MOMENTUM + k: torch.zeros_like(v) for k, v in model.items() if v.is_floating_point()}}
-
-    def broadcast(self, server: State, round: int, cid: int) -> State:
-        return select(server, self.shared)  # the model only: the momentum stays on the server
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         if not replies:

@@ -37,7 +37,7 @@ def out_of_domain_proxy(proxy: ProxySection, root: Optional[str], like: DataSour
             f"proxy data set {proxy.dataset!r} has inputs of shape {other.input_shape} but {like.name} has "
             f"{like.input_shape}; choose a proxy with the same shape (e.g. through its size option)"
         )
-    inside = other.train_y < like.num_classes  # the HEART code keeps the first C classes of its proxy (methods.md 2.4)
+    inside = other.train_y < like.num_classes  # the HEART code keeps the first C classes of its proxy (docs/methods.md 2.4)
     if not bool(inside.any()):
         raise ConfigError(f"proxy data set {proxy.dataset!r} has no samples with labels below {like.num_classes}")
     return other.train_x[inside], other.train_y[inside]

@@ -264,7 +264,7 @@ class RoundLoop:
 
     # ---- the round logic shared by every engine ----
     def payloads(self, round: int, cids: list[int]) -> dict[int, State]:
-        return {cid: self.method.broadcast(self.server, round, cid) for cid in cids}
+        return {cid: self.method.payload(self.server, round, cid) for cid in cids}
 
     def sample(self, round: int) -> list[int]:
         train = self.config.train

@@ -49,5 +49,3 @@ from pfedkit.records import ClientData, State  # noqa: E402
 __all__ = ["METHODS", "Apply", "ClientData", "HyperParams", "Joint", "LocalPlan", "Method", "PartSharing", "Phase",
            "SplitModel", "State", "WeightedMeanFold", "add_prefix", "cross_entropy", "proximal", "register", "searched",
            "select", "strip_prefix", "variant", "weighted_mean"]
-
-__all__ = ["METHODS", "Method"]

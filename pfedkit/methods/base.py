@@ -152,6 +152,9 @@ class Method:
     logged: ClassVar[tuple[str, ...]] = ()  # server-state numbers written to metrics.csv after each round's aggregation
     # client-state numbers summarized over the round's trained clients in metrics.csv: <key>_mean, _min, _max
     client_logged: ClassVar[tuple[str, ...]] = ()
+    # server-state keys kept on the server and never broadcast (a key, or a prefix ending in "."), whatever
+    # `broadcast` returns: a server's momentum, per-client stores, counters
+    server_only: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params
@@ -182,6 +185,14 @@ class Method:
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
         return {}
+
+    def payload(self, server: State, round: int, cid: int) -> State:
+        """What the engine sends client `cid`: `broadcast` without the server-only keys."""
+        return {k: v for k, v in self.broadcast(server, round, cid).items() if not self.is_server_only(k)}
+
+    @classmethod
+    def is_server_only(cls, key: str) -> bool:
+        return any(key == name or (name.endswith(".") and key.startswith(name)) for name in cls.server_only)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         """Runs the method's plan (`local_plan`) for this client; a method without one writes this hook itself."""

@@ -31,9 +31,9 @@ class FedAFKParams(HyperParams):
     mu_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight mu_i; paper Table 2",
         json_schema_extra=searched(0.1, 1.0, source="FedAFK Table 2's range"))
     adaptive_aggregation: bool = Field(True, description="false = ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)")
-    teacher: Literal["received", "current"] = Field("received", description="KL teacher: the received global extractor (Eq. 5; methods.md 1.5-c) or its concurrently updated copy")
-    mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (methods.md 1.3-c)")
-    mix_buffers: bool = Field(True, description="also mix BatchNorm running statistics with mu; methods.md 1.3 step 3 (recommended)")
+    teacher: Literal["received", "current"] = Field("received", description="KL teacher: the received global extractor (Eq. 5; docs/methods.md 1.5-c) or its concurrently updated copy")
+    mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (docs/methods.md 1.3-c)")
+    mix_buffers: bool = Field(True, description="also mix BatchNorm running statistics with mu; docs/methods.md 1.3 step 3 (recommended)")
     kt_form: Literal["feature-mean", "feature-sum", "logits-personal-head", "logits-random-head"] = Field(
         "logits-personal-head", description="Eq. 8's KL, a reading the paper leaves open: softmax over the features, "
         "batch mean (feature-mean, the literal reading) or batch sum (feature-sum); or over the logits of both "
@@ -72,7 +72,7 @@ def clip_unit(value: float, fallback: float) -> float:
 
 
 def feature_kl(student: torch.Tensor, teacher: torch.Tensor, vmapped: bool = False) -> torch.Tensor:
-    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (methods.md 1.5-a). Under vmap
+    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (docs/methods.md 1.5-a). Under vmap
     (a cohort) written out, since torch's kl_div has no batching rule there and would run client by client."""
     if vmapped:
         target = F.softmax(teacher, -1)
@@ -89,7 +89,7 @@ class FedAFK(PartSharing):
     client_logged = ("mu",)  # metrics.csv: mu_mean, mu_min, mu_max over the round's trained clients
 
     def init_client(self, cid: int, data: ClientData) -> State:
-        # theta_i = theta_G^0 and phi_i = a trainable copy of phi_rd (methods.md 1.2).
+        # theta_i = theta_G^0 and phi_i = a trainable copy of phi_rd (docs/methods.md 1.2).
         mu = self.params.mu_init if self.params.adaptive_aggregation else 1.0
         return {**self.initial_state(), "mu": mu}
 

@@ -53,7 +53,7 @@ class FedPACParams(HyperParams):
 
 def feature_statistics(features: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(V_i, h_i) of FedPAC Sec. 4.2: h_ik = p_ik * mu_ik, and V_i the trace-covariance of the features given the
-    label, divided by n_i (methods.md 4.1 step 2)."""
+    label, divided by n_i (docs/methods.md 4.1 step 2)."""
     n = labels.shape[0]
     means, counts = class_means(features, labels, num_classes)
     share = counts.to(features.dtype) / n
@@ -110,6 +110,7 @@ class FedPAC(Method):
     name = "fedpac"
     summary = "global body with feature alignment to class centroids; per-client head combined by a QP"
     Params = FedPACParams
+    server_only = (HEAD_KEY.split("{")[0],)  # each client's combined head: sent to that client only, as its head
 
     def init_server(self) -> State:
         return {**select(self.initial_state(), ("body",)),

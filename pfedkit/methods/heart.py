@@ -6,8 +6,8 @@ outputs) from its personalized model; features are pulled towards their class's 
 early stages and MSE on the deep ones (Eq. 6-7). AKT: after averaging, the student (the average) learns the
 symmetric KL to the clients' ensemble on the clean proxy batch and on PGD views of it, each teacher attacked on
 its own and the student's view made against the frozen average (Eq. 10-12, Alg. 1 lines 15-19).
-Where the released code differs, a flag gives its behaviour (methods.md 2.5):
-- alignment "paper": HDA trains the local adapter phi_k (Eq. 8 minimises over theta; methods.md 2.5-a mode P,
+Where the released code differs, a flag gives its behaviour (docs/methods.md 2.5):
+- alignment "paper": HDA trains the local adapter phi_k (Eq. 8 minimises over theta; docs/methods.md 2.5-a mode P,
   which departs from Alg. 1 line 11's CE only); "code": HDA of the global copy is computed without gradient, so
   it is only logged; "off": no HDA.
 - symmetric = false: the code's effective loss on its pinned PyTorch (reverse KL term 0).
@@ -34,7 +34,7 @@ from pfedkit.seeding import torch_generator
 
 class HeartParams(PerAdaParams):
     prox_weight: float = Field(0.5, ge=0, description="weight of ||omega - theta||^2: paper Eq. 8's 1/2 (code `lmbda` = 1.0 without the 1/2)")
-    alignment: Literal["paper", "code", "off"] = Field("paper", description="HDA: paper = trains phi_k with gradient (methods.md 2.5-a mode P); code = logged only; off = ablation")
+    alignment: Literal["paper", "code", "off"] = Field("paper", description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a mode P); code = logged only; off = ablation")
     align_weight: float = Field(0.1, ge=0, description="weight of L_HDA; code `align_lambda` = 0.1 (the paper does not state it)")
     early_stages: int = Field(2, ge=0, description="stages aligned by 1 - cosine, the rest by MSE; paper Fig. 4 and code: layer1-2")
     adversarial: bool = Field(True, description="AKT's PGD views of the proxy batch (false: clean view only, Fig. 5 ablation)")

@@ -8,7 +8,7 @@ phi_k of theta on CE and uploads it. The server averages the phi_k (1/|S|) and, 
 rounds, distils the ensemble of the phi_k into the average on proxy batches (Adam, cosine schedule), keeping
 the distilled model only if it beats the average on the server's validation split (kd_keep = "validated", the code's
 gate; "last" keeps it always, as both papers' algorithms have it). Settings follow PerAda's
-released code (`NVlabs/PerAda`, which HEART-PFL's code extends; methods.md 2).
+released code (`NVlabs/PerAda`, which HEART-PFL's code extends; docs/methods.md 2).
 """
 from __future__ import annotations
 

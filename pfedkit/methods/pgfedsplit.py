@@ -47,23 +47,23 @@ class PGFedSplitParams(HyperParams):
         json_schema_extra=searched(0.5, 20.0, log=True, source="our choice, around the paper's 5"))
     proto_distance: Literal["mse", "squared-norm"] = Field(
         "mse", description="Eq. 14's distance: mean squared error over the feature dimensions (nn.MSELoss, as FedPAC's "
-        "and PFLlib's code; methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same lambda. Default "
+        "and PFLlib's code; docs/methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same lambda. Default "
         "by experiment: at lambda 5 the squared norm collapses CIFAR-100 Dir(0.1) to 15.34% against 37.19 (REPRODUCTION.md)")
     period_init: int = Field(5, ge=1, description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)",
         json_schema_extra=searched(1, 20, source="our choice: the paper's 5 (20 clients) to 20 (100 clients)"))
-    period_min: int = Field(1, ge=1, description="tau_min; not given, methods.md 3.4-d: 1")
-    period_max: int = Field(20, ge=1, description="tau_max; not given, methods.md 3.4-d: 20")
+    period_min: int = Field(1, ge=1, description="tau_min; not given, docs/methods.md 3.4-d: 1")
+    period_max: int = Field(20, ge=1, description="tau_max; not given, docs/methods.md 3.4-d: 20")
     adaptive_period: bool = Field(True, description="APA: move tau with the mean alpha; false keeps tau fixed (ablation w/o APA)")
-    gap_weight: float = Field(0.1, ge=0, description="beta, weight of the gap-scaled KL in the alpha objective; not given, methods.md 3.4-d: 0.1")
+    gap_weight: float = Field(0.1, ge=0, description="beta, weight of the gap-scaled KL in the alpha objective; not given, docs/methods.md 3.4-d: 0.1")
     kd_temperature: float = Field(1.0, gt=0, description="T_KD of the alpha objective's KL; paper: 1")
     synthetic_ratio: float = Field(0.5, ge=0, lt=1, description="r: synthetic share of the embedding set, ceil(r / (1 - r) * local) samples; paper: 0.5")
     gaussian_augmentation: bool = Field(True, description="GAU: synthetic embeddings from the class Gaussians; false = local embeddings only (ablation w/o GAU)")
-    variance_scaling: Literal["label", "none"] = Field("label", description="gamma^2_il = (1 - q_il) / mean over present classes (methods.md 3.4-a), or 1")
-    head_epochs: Optional[int] = Field(None, ge=1, description="head epochs on the embedding set; default train.local_epochs (methods.md 3.4-f)")
+    variance_scaling: Literal["label", "none"] = Field("label", description="gamma^2_il = (1 - q_il) / mean over present classes (docs/methods.md 3.4-a), or 1")
+    head_epochs: Optional[int] = Field(None, ge=1, description="head epochs on the embedding set; default train.local_epochs (docs/methods.md 3.4-f)")
 
 
 def next_period(period: int, alpha_mean: float, alpha_prev: float, low: int, high: int) -> int:
-    """tau - 1 if the mean alpha rose, + 1 if it fell, clipped to [low, high] (Alg. 1 as in methods.md 3.2)."""
+    """tau - 1 if the mean alpha rose, + 1 if it fell, clipped to [low, high] (Alg. 1 as in docs/methods.md 3.2)."""
     step = -1 if alpha_mean > alpha_prev else (1 if alpha_mean < alpha_prev else 0)
     return int(min(max(period + step, low), high))
 
@@ -83,7 +83,7 @@ def minimize_on_unit_interval(objective: Callable[[float], float], grid: int = 1
 
 
 def variance_scales(label_shares: torch.Tensor, mode: str) -> torch.Tensor:
-    """gamma^2 per class: (1 - q_l) normalized to mean 1 over the classes the client holds (methods.md 3.4-a)."""
+    """gamma^2 per class: (1 - q_l) normalized to mean 1 over the classes the client holds (docs/methods.md 3.4-a)."""
     if mode == "none":
         return torch.ones_like(label_shares)
     present = label_shares > 0
@@ -139,6 +139,8 @@ class PGFedSplit(Method):
     logged = ("period", "alpha_prev")  # tau after this round, and the mean alpha of the latest head delivery
 
     # ---- state ----
+    server_only = ("period", "counter", "alpha_prev")  # APA's schedule: the server's business alone
+
     def init_server(self) -> State:
         C, d = self.ctx.num_classes, self.model.feature_dim
         return {**select(self.initial_state(), ("body",)), "protos": torch.zeros(C, d),
@@ -149,8 +151,7 @@ class PGFedSplit(Method):
         return {**select(self.initial_state(), ("head",)), "last_adapted": 0}
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
-        keys = [k for k in server if k.startswith(("body.", AGG)) or k in ("protos", "proto_counts", "proto_vars")]
-        return {k: server[k] for k in keys}
+        return dict(server)  # the body, prototypes and a delivered head; the server-only keys are left out
 
     # ---- client ----
     def embedding_set(self, model: SplitModel, payload: State, data: ClientData, round: int
@@ -243,7 +244,7 @@ class PGFedSplit(Method):
     @staticmethod
     def prototype_variances(replies: list[State], previous: torch.Tensor) -> torch.Tensor:
         """Diagonal covariance of the client prototypes per class ((n - 1) denominator) + eps; the previous one
-        where fewer than two clients hold the class (methods.md 3.4-b)."""
+        where fewer than two clients hold the class (docs/methods.md 3.4-b)."""
         variances = previous.clone()
         stacked = torch.stack([r["protos"] for r in replies])
         holds = torch.stack([r["proto_counts"] > 0 for r in replies])
@@ -253,7 +254,7 @@ class PGFedSplit(Method):
         return variances
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        """{theta, phi_i} after the round's head adaptation (the PFLlib evaluate() position, methods.md 3.4-h)."""
+        """{theta, phi_i} after the round's head adaptation (the PFLlib evaluate() position, docs/methods.md 3.4-h)."""
         model = self.load(payload, client)
         if any(k.startswith(AGG) for k in payload):
             z, y = self.embedding_set(model, payload, data, round)

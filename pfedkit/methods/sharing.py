@@ -15,6 +15,7 @@ class PartSharing(Method):
     """The server holds the `shared` parts (sample-weighted average); each client keeps the others."""
 
     shared: ClassVar[tuple[str, ...]] = PARTS
+    sent: ClassVar[tuple[str, ...]] = ()  # server-state keys broadcast beside the shared parts (a prefix ends in ".")
 
     @property
     def personal(self) -> tuple[str, ...]:
@@ -27,7 +28,10 @@ class PartSharing(Method):
         return select(self.initial_state(), self.personal)
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
-        return dict(server)
+        """The shared parts and the keys the method declares as `sent`; anything else stays on the server."""
+        extra = {k: v for k, v in server.items()
+                 if any(k == name or (name.endswith(".") and k.startswith(name)) for name in self.sent)}
+        return {**select(server, self.shared), **extra}
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         if self.batched()[0]:  # stated as a plan: Method.local_update runs it

@@ -3,7 +3,7 @@
 An adapter is `x + Conv1x1(Dropout(BN(x)))` with the 1x1 convolution initialised near zero, so a fresh adapter is
 almost the identity. Each basic block gets `adapter1` after conv1 and `adapter2` after conv2 (before bn1/bn2).
 Trainable: every adapter, every `bn1`/`bn2` (the blocks' and the stem's) and the classifier; the convolutions
-and the downsample BatchNorms stay frozen (methods.md 2.1). Pretrained weights come from a torchvision-format
+and the downsample BatchNorms stay frozen (docs/methods.md 2.1). Pretrained weights come from a torchvision-format
 ResNet state-dict file (`conv1.weight`, `layer1.0.bn1.bias`, ..., `fc.weight`); `fc` is never loaded.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Adapter(nn.Module):
         self.bn = nn.BatchNorm2d(channels)
         self.drop = nn.Dropout(dropout)
         self.conv = nn.Conv2d(channels, channels, 1, bias=False)
-        nn.init.normal_(self.conv.weight, 0.0, 1e-4)  # starts at about the identity (methods.md 2.1)
+        nn.init.normal_(self.conv.weight, 0.0, 1e-4)  # starts at about the identity (docs/methods.md 2.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv(self.drop(self.bn(x)))
@@ -109,7 +109,7 @@ def _read_state_dict(path: str, mtime: float) -> dict[str, torch.Tensor]:
 
 def load_backbone(model: SplitModel, path: str | os.PathLike, bn_stats: bool = False) -> None:
     """Copy a torchvision-format state dict into the body (every parameter but `fc`, and the BatchNorm running
-    statistics only if `bn_stats`: the HEART-PFL code does not copy them, methods.md 2.1)."""
+    statistics only if `bn_stats`: the HEART-PFL code does not copy them, docs/methods.md 2.1)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"pretrained weights {path} not found; give a torchvision-format ResNet state-dict file "

@@ -90,7 +90,7 @@ def last_evaluations(curve: Sequence[tuple[int, float]], k: int, *, rounds: bool
 
 def mean_of_last(run_dir: Path, k: int, point: Optional[str] = None, *, rounds: bool = False) -> float:
     """Mean sample-weighted accuracy over the last k evaluations, or with `rounds` over the evaluations of the last k
-    rounds (FedPAC's "final accuracy", methods.md 4.4; what suites report), at `point` or the run's own."""
+    rounds (FedPAC's "final accuracy", docs/methods.md 4.4; what suites report), at `point` or the run's own."""
     return statistics.fmean(acc for _, acc in last_evaluations(headline_curve(run_dir, point), k, rounds=rounds))
 
 
