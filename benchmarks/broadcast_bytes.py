@@ -4,6 +4,7 @@ Run before and after a change to broadcasting and compare (issue 52: server-only
 part-sharing method sending its shared parts and declared keys); the output is per method, one line each.
 Usage: python benchmarks/broadcast_bytes.py [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,16 +23,32 @@ ADAPTERS = {"perada", "heart-pfl", "heart-pfl-no-hda", "heart-pfl-no-akt", "hear
 
 def config(name: str):
     images = name in ADAPTERS
-    data = ({"dataset": "synthetic", "options": {"samples": 600, "test_samples": 200}} if not images else
-            {"dataset": "digits", "fraction": 0.3})
-    model = ({"name": "mlp", "options": {"hidden": 16}} if not images else
-             {"name": "small-resnet-adapter", "options": {"widths": [4, 8], "blocks": 1, "stem_stride": 2}})
-    method = {"name": name, **({"kd_rounds": 1, "kd_steps": 1, "kd_batch": 16} if images else {}),
-              **({"pgd_steps": 1} if name.startswith("heart") else {})}
-    return build_config({"data": data, "partition": {"scheme": "dirichlet", "clients": 4, "beta": 0.5},
-                         "model": model, "method": method, "proxy": {"holdout": 0.1} if images else {},
-                         "train": {"rounds": 3, "batch_size": 16, "lr": 0.05, "join_ratio": 1.0},
-                         "run": {"seed": 0, "workers": 1, "checkpoint_every": 3}})
+    data = (
+        {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 200}}
+        if not images
+        else {"dataset": "digits", "fraction": 0.3}
+    )
+    model = (
+        {"name": "mlp", "options": {"hidden": 16}}
+        if not images
+        else {"name": "small-resnet-adapter", "options": {"widths": [4, 8], "blocks": 1, "stem_stride": 2}}
+    )
+    method = {
+        "name": name,
+        **({"kd_rounds": 1, "kd_steps": 1, "kd_batch": 16} if images else {}),
+        **({"pgd_steps": 1} if name.startswith("heart") else {}),
+    }
+    return build_config(
+        {
+            "data": data,
+            "partition": {"scheme": "dirichlet", "clients": 4, "beta": 0.5},
+            "model": model,
+            "method": method,
+            "proxy": {"holdout": 0.1} if images else {},
+            "train": {"rounds": 3, "batch_size": 16, "lr": 0.05, "join_ratio": 1.0},
+            "run": {"seed": 0, "workers": 1, "checkpoint_every": 3},
+        }
+    )
 
 
 def main() -> None:

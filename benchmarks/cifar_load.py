@@ -8,6 +8,7 @@ Target (issue 21): the cached part well under a second.
 
 Usage: python benchmarks/cifar_load.py [--data-root ../shared/data] [--out benchmarks/results/cifar_load.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,9 @@ print(json.dumps({"served": served, "converted": converted, "total": served + co
 
 def load_in_fresh_process(name: str, root: Path, cache: Path) -> dict:
     env = dict(os.environ, PFEDKIT_CACHE=str(cache))
-    out = subprocess.run([sys.executable, "-c", ONE_LOAD, name, str(root)], env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_LOAD, name, str(root)], env=env, check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -50,22 +52,33 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=None, help="also write the report to this file")
     args = parser.parse_args()
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-             f"data root: {args.data_root}; each load in a fresh process; cache in a new temporary folder", ""]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        f"data root: {args.data_root}; each load in a fresh process; cache in a new temporary folder",
+        "",
+    ]
     with tempfile.TemporaryDirectory() as cache:
         for name in ("cifar10", "cifar100"):
             first = load_in_fresh_process(name, args.data_root, Path(cache))
-            lines.append(f"{name} ({first['origin']}): first load (decode + write cache) {first['served']:.2f} s, "
-                         f"then float conversion {first['converted']:.2f} s")
+            lines.append(
+                f"{name} ({first['origin']}): first load (decode + write cache) {first['served']:.2f} s, "
+                f"then float conversion {first['converted']:.2f} s"
+            )
             cached = [load_in_fresh_process(name, args.data_root, Path(cache)) for _ in range(REPEATS)]
-            for key, what in (("served", "served by the cache (archive sha256 + read + digest)"),
-                              ("converted", "conversion to normalized float32"),
-                              ("total", "whole cached load, fresh process")):
+            for key, what in (
+                ("served", "served by the cache (archive sha256 + read + digest)"),
+                ("converted", "conversion to normalized float32"),
+                ("total", "whole cached load, fresh process"),
+            ):
                 values = sorted(c[key] for c in cached)
-                lines.append(f"  {what}: median {values[REPEATS // 2]:.2f} s, range {values[0]:.2f}-{values[-1]:.2f} s"
-                             f" ({REPEATS} fresh processes)")
-            lines.append(f"  second load within one process: median "
-                         f"{sorted(c['warm_total'] for c in cached)[REPEATS // 2]:.2f} s")
+                lines.append(
+                    f"  {what}: median {values[REPEATS // 2]:.2f} s, range {values[0]:.2f}-{values[-1]:.2f} s"
+                    f" ({REPEATS} fresh processes)"
+                )
+            lines.append(
+                f"  second load within one process: median "
+                f"{sorted(c['warm_total'] for c in cached)[REPEATS // 2]:.2f} s"
+            )
     report = "\n".join(lines)
     print(report)
     if args.out:

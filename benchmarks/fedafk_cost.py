@@ -8,6 +8,7 @@ follows from the design, and mu_gradient = "apfl" (PFLlib's approximation, no pa
 
 Usage: python benchmarks/fedafk_cost.py [--out benchmarks/results/fedafk_cost.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,11 +23,14 @@ from pfedkit.methods import METHODS
 from pfedkit.models import build_model
 from pfedkit.records import ClientData, MethodContext, TrainSettings
 
-VARIANTS = [("fedavg", "fedavg", {}), ("fedafk (default: exact mu gradient, KT)", "fedafk", {}),
-            ("fedafk, mu_gradient = apfl", "fedafk", {"mu_gradient": "apfl"}),
-            ("fedafk, kt_weight = 0 (no teacher pass)", "fedafk", {"kt_weight": 0.0}),
-            ("fedafk, no AFA (no mu, no pass (c))", "fedafk", {"adaptive_aggregation": False}),
-            ("fedafk, neither", "fedafk", {"kt_weight": 0.0, "adaptive_aggregation": False})]
+VARIANTS = [
+    ("fedavg", "fedavg", {}),
+    ("fedafk (default: exact mu gradient, KT)", "fedafk", {}),
+    ("fedafk, mu_gradient = apfl", "fedafk", {"mu_gradient": "apfl"}),
+    ("fedafk, kt_weight = 0 (no teacher pass)", "fedafk", {"kt_weight": 0.0}),
+    ("fedafk, no AFA (no mu, no pass (c))", "fedafk", {"adaptive_aggregation": False}),
+    ("fedafk, neither", "fedafk", {"kt_weight": 0.0, "adaptive_aggregation": False}),
+]
 
 
 def local_update_seconds(name: str, params: dict, data: ClientData, ctx: MethodContext, repeats: int = 3) -> float:
@@ -50,10 +54,14 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(450, 3, 32, 32, generator=g), torch.randint(0, 10, (450,), generator=g)
     data = ClientData(0, x, y, x[:100], y[:100], 10)
-    ctx = MethodContext(lambda: build_model("fedavgcnn", (3, 32, 32), 10), TrainSettings(1, 10, 0.005), num_classes=10,
-                        seed=0)
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, one thread; torch {torch.__version__}",
-             "one local update of a 450-sample CIFAR-shaped client, FedAvgCNN, batch 10, 1 epoch; best of 3", ""]
+    ctx = MethodContext(
+        lambda: build_model("fedavgcnn", (3, 32, 32), 10), TrainSettings(1, 10, 0.005), num_classes=10, seed=0
+    )
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, one thread; torch {torch.__version__}",
+        "one local update of a 450-sample CIFAR-shaped client, FedAvgCNN, batch 10, 1 epoch; best of 3",
+        "",
+    ]
     base = None
     for label, name, params in VARIANTS:
         seconds = local_update_seconds(name, params, data, ctx)

@@ -4,6 +4,7 @@ largest weight, of the client's own weight, and of the weights' entropy (uniform
 Usage: python benchmarks/fedpac_head_weights.py CONFIG OUT_DIR ROUNDS [--set section.key=value ...]
 (CONFIG is a fedpac or fedpac-proto run config, e.g. benchmarks/results/fedpac_table1/fmnist20/fedpac/seed0/config.toml)
 """
+
 import math
 import sys
 
@@ -21,9 +22,11 @@ def logged_weights(self, replies):
     rows = plain_weights(self, replies)
     weights = torch.stack([w for w in rows if w is not None]).double()
     entropy = -(weights.clamp_min(1e-12) * weights.clamp_min(1e-12).log()).sum(1)
-    print(f"{self.params.collaboration}: largest weight {weights.max(1).values.mean():.3f}, own weight "
-          f"{weights.diag().mean():.3f}, entropy {entropy.mean():.2f} (uniform {math.log(weights.shape[1]):.2f})",
-          flush=True)
+    print(
+        f"{self.params.collaboration}: largest weight {weights.max(1).values.mean():.3f}, own weight "
+        f"{weights.diag().mean():.3f}, entropy {entropy.mean():.2f} (uniform {math.log(weights.shape[1]):.2f})",
+        flush=True,
+    )
     return rows
 
 

@@ -5,6 +5,7 @@ in-process simulation of the same config and seed; checks that both give the sam
 
 Writes the deployment's metrics, replies, summary and logs, the simulation's metrics, and timing.txt under --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,13 +26,16 @@ COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up",
 
 
 def config(rounds: int, clients: int):
-    return build_config({
-        "data": {"dataset": "digits"},
-        "partition": {"scheme": "dirichlet", "clients": clients, "beta": 0.1, "min_samples": 20},
-        "model": {"name": "smallcnn"}, "method": {"name": "fedper"},
-        "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.05},
-        "run": {"seed": 0, "checkpoint_every": 1, "workers": 0},
-    })
+    return build_config(
+        {
+            "data": {"dataset": "digits"},
+            "partition": {"scheme": "dirichlet", "clients": clients, "beta": 0.1, "min_samples": 20},
+            "model": {"name": "smallcnn"},
+            "method": {"name": "fedper"},
+            "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.05},
+            "run": {"seed": 0, "checkpoint_every": 1, "workers": 0},
+        }
+    )
 
 
 def seconds_per_round(rows: list[dict]) -> float:
@@ -57,8 +61,13 @@ def main() -> None:
         sim_wall = time.perf_counter() - start
         settings = RunSettings(cfg, tmp / "flower", run_name="bench", round_timeout=120, connect_timeout=120)
         start = time.perf_counter()
-        run_loopback(settings, tmp / "work", args.clients, timeout=1800,
-                     node_config={"threads": 1, "state-dir": str(tmp / "state")})
+        run_loopback(
+            settings,
+            tmp / "work",
+            args.clients,
+            timeout=1800,
+            node_config={"threads": 1, "state-dir": str(tmp / "state")},
+        )
         flower_wall = time.perf_counter() - start
         sim_rows, flower_rows = read_csv(tmp / "sim/metrics.csv"), read_csv(tmp / "flower/metrics.csv")
         same = [[r[k] for k in COMPARED] for r in sim_rows] == [[r[k] for k in COMPARED] for r in flower_rows]

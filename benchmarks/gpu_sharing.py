@@ -13,6 +13,7 @@ data, 2 rounds) to show the script works; its seconds mean nothing for a GPU.
 Usage: python benchmarks/gpu_sharing.py [--data-root ../shared/data] [--rounds 4] [--shares 1,4,8,16]
                                         [--model fedavgcnn] [--out benchmarks/results/gpu_sharing.txt] [--check]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,18 +35,22 @@ HERE = Path(__file__).resolve().parent
 
 
 def sharing_config(at_once: int, rounds: int, data_root: str, model: str, check: bool):
-    data = ({"dataset": "synthetic", "options": {"samples": 40 * 16, "test_samples": 10 * 16}} if check
-            else {"dataset": "cifar10", "root": data_root})
-    run = ({"workers": at_once} if check
-           else {"device": "cuda", "gpus_per_worker": 1.0 / at_once, "workers": at_once})
-    return build_config({
-        "data": data,
-        "partition": {"scheme": "dirichlet", "clients": 16, "beta": 0.1},
-        "model": {"name": "mlp" if check else model},
-        "method": {"name": "fedavg"},
-        "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005, "join_ratio": 1.0},
-        "run": {"seed": 0, "checkpoint_every": 1000, **run},
-    })
+    data = (
+        {"dataset": "synthetic", "options": {"samples": 40 * 16, "test_samples": 10 * 16}}
+        if check
+        else {"dataset": "cifar10", "root": data_root}
+    )
+    run = {"workers": at_once} if check else {"device": "cuda", "gpus_per_worker": 1.0 / at_once, "workers": at_once}
+    return build_config(
+        {
+            "data": data,
+            "partition": {"scheme": "dirichlet", "clients": 16, "beta": 0.1},
+            "model": {"name": "mlp" if check else model},
+            "method": {"name": "fedavg"},
+            "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005, "join_ratio": 1.0},
+            "run": {"seed": 0, "checkpoint_every": 1000, **run},
+        }
+    )
 
 
 def main() -> None:
@@ -58,15 +63,22 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="no GPU: the same loop on the CPU, to test the script")
     args = parser.parse_args()
     if not args.check and not torch.cuda.is_available():
-        sys.exit("gpu_sharing: no CUDA GPU here; run it on a GPU machine, or with --check to test the script on the CPU")
+        sys.exit(
+            "gpu_sharing: no CUDA GPU here; run it on a GPU machine, or with --check to test the script on the CPU"
+        )
     if args.rounds < 2:
         sys.exit("gpu_sharing: --rounds must be at least 2 (the first round warms up and is not counted)")
     shares = [int(s) for s in args.shares.split(",")]
     where = "CPU check (synthetic data, worker processes)" if args.check else torch.cuda.get_device_name(0)
-    lines = [f"machine: {platform.machine()}, {where}; torch {torch.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             "", f"{'synthetic, FedAvg (mlp)' if args.check else f'CIFAR-10, FedAvg ({args.model})'}, 16 clients all trained each round, batch 10, 1 epoch; "
-             f"mean of rounds 1..{args.rounds - 1}", "",
-             "| clients at once | s / round (train + eval) | accuracy after the last round |", "|---|---|---|"]
+    lines = [
+        f"machine: {platform.machine()}, {where}; torch {torch.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+        f"{'synthetic, FedAvg (mlp)' if args.check else f'CIFAR-10, FedAvg ({args.model})'}, 16 clients all trained each round, batch 10, 1 epoch; "
+        f"mean of rounds 1..{args.rounds - 1}",
+        "",
+        "| clients at once | s / round (train + eval) | accuracy after the last round |",
+        "|---|---|---|",
+    ]
     base = None
     for at_once in shares:
         with tempfile.TemporaryDirectory() as tmp:
@@ -74,7 +86,9 @@ def main() -> None:
             summary = simulate(config, Path(tmp) / "run", progress=False)
             seconds = seconds_per_round(Path(tmp) / "run")
         base = base or seconds
-        lines.append(f"| {at_once} | {seconds:.2f} ({base / seconds:.2f}x of {shares[0]}) | {summary['last_acc']:.4f} |")
+        lines.append(
+            f"| {at_once} | {seconds:.2f} ({base / seconds:.2f}x of {shares[0]}) | {summary['last_acc']:.4f} |"
+        )
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if args.check:

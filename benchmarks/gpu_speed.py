@@ -25,6 +25,7 @@ Usage:
 On a lent GPU machine: bash benchmarks/gpu_speed_device.sh (see there).
 Writes table.md, results.json, profile.txt and logs/ under --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,24 +66,35 @@ class Setting:
     model_options: dict = field(default_factory=dict)
     pfllib_model: Optional[str] = "CNN"  # PFLlib's -m; None: no like-with-like model there
 
-    def config(self, data_root: str, method: str, rounds: int, device: str, cohort: str,
-               params: Optional[dict] = None, **run: Any) -> Any:
-        return build_config({
-            "data": {"dataset": self.dataset, "root": data_root, "fraction": self.fraction},
-            "partition": {"scheme": "dirichlet", "clients": self.clients, "beta": 0.1},
-            "model": {"name": self.model, "options": self.model_options},
-            "method": {"name": method, **(params or {})},
-            "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005},
-            "eval": {"protocol": "pfllib", "every": 1},
-            "run": {"seed": 0, "checkpoint_every": 10_000, "device": device, "cohort": cohort, **run},
-        })
+    def config(
+        self,
+        data_root: str,
+        method: str,
+        rounds: int,
+        device: str,
+        cohort: str,
+        params: Optional[dict] = None,
+        **run: Any,
+    ) -> Any:
+        return build_config(
+            {
+                "data": {"dataset": self.dataset, "root": data_root, "fraction": self.fraction},
+                "partition": {"scheme": "dirichlet", "clients": self.clients, "beta": 0.1},
+                "model": {"name": self.model, "options": self.model_options},
+                "method": {"name": method, **(params or {})},
+                "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005},
+                "eval": {"protocol": "pfllib", "every": 1},
+                "run": {"seed": 0, "checkpoint_every": 10_000, "device": device, "cohort": cohort, **run},
+            }
+        )
 
 
 SETTINGS = {
     "cifar10-20": Setting("cifar10-20", "cifar10", 20, "fedavgcnn"),
     "cifar10-100": Setting("cifar10-100", "cifar10", 100, "fedavgcnn"),
-    "cifar100-r18": Setting("cifar100-r18", "cifar100", 20, "resnet18", fraction=0.2,
-                            model_options={"stem": "cifar"}, pfllib_model=None),
+    "cifar100-r18": Setting(
+        "cifar100-r18", "cifar100", 20, "resnet18", fraction=0.2, model_options={"stem": "cifar"}, pfllib_model=None
+    ),
 }
 # method -> (PFLlib's -algo and its extra flags set to pfedkit's defaults, or None; pfedkit's hyper-parameters)
 METHODS = {
@@ -95,8 +107,11 @@ METHODS = {
     "fedpac": (("FedPAC", []), {}),
 }
 # (setting, method, rounds), most important first: what the budget cuts is the end of this list
-PLAN = [("cifar10-20", "fedavg", 5)] + [("cifar10-20", m, 2) for m in METHODS if m != "fedavg"] + [
-    ("cifar10-100", "fedavg", 2), ("cifar100-r18", "fedavg", 2)]
+PLAN = (
+    [("cifar10-20", "fedavg", 5)]
+    + [("cifar10-20", m, 2) for m in METHODS if m != "fedavg"]
+    + [("cifar10-100", "fedavg", 2), ("cifar100-r18", "fedavg", 2)]
+)
 PATHS = ("cohort", "per-client", "pfllib", "4-processes")
 # "4-processes": one client at a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the
 # older way to fill a GPU; timed for FedAvg on cifar10-20 only, against the cohort path in the same run
@@ -115,8 +130,16 @@ class Clock:
         return self.end - time.monotonic()
 
 
-def pfedkit_run(setting: Setting, fed: FederatedDataset, args: argparse.Namespace, method: str, rounds: int,
-                cohort: str, clock: Clock, **run: Any) -> dict[str, Any]:
+def pfedkit_run(
+    setting: Setting,
+    fed: FederatedDataset,
+    args: argparse.Namespace,
+    method: str,
+    rounds: int,
+    cohort: str,
+    clock: Clock,
+    **run: Any,
+) -> dict[str, Any]:
     params = METHODS[method][1]
     cfg = setting.config(args.data_root, method, rounds, args.device, cohort, params, **run)
 
@@ -138,8 +161,12 @@ def timings(rows: list[dict], rounds: int) -> dict[str, Any]:
     trained = [r["train_s"] for r in rows if r["round"] < rounds]
     evaluated = [r["eval_s"] for r in rows if r.get("acc") is not None]
     final = [r["acc"] for r in rows if r["round"] == rounds and r.get("acc") is not None]
-    return {"train_s": steady(trained), "eval_s": steady(evaluated), "acc": final[0] if final else None,
-            "rounds_done": len(trained)}
+    return {
+        "train_s": steady(trained),
+        "eval_s": steady(evaluated),
+        "acc": final[0] if final else None,
+        "rounds_done": len(trained),
+    }
 
 
 def steady(values: list[float]) -> Optional[float]:
@@ -152,8 +179,10 @@ def steady(values: list[float]) -> Optional[float]:
 # ---- PFLlib ----
 def export_for_pfllib(fed: FederatedDataset, folder: Path) -> None:
     """The partition in PFLlib's format: <folder>/train/<i>.npz and test/<i>.npz, each {'data': {'x', 'y'}}."""
-    for split, indices, x, y in (("train", fed.train_idx, fed.train_x, fed.train_y),
-                                 ("test", fed.test_idx, fed.test_x, fed.test_y)):
+    for split, indices, x, y in (
+        ("train", fed.train_idx, fed.train_x, fed.train_y),
+        ("test", fed.test_idx, fed.test_x, fed.test_y),
+    ):
         (folder / split).mkdir(parents=True, exist_ok=True)
         for cid, idx in enumerate(indices):
             take = torch.from_numpy(np.asarray(idx))
@@ -166,8 +195,17 @@ TIME_COST = re.compile(r"^-{25,}(?: time cost -+)? ([0-9][0-9.eE+-]*)\s*$", re.M
 ACCURACY = re.compile(r"Averaged Test Accuracy: ([0-9.]+)")
 
 
-def pfllib_run(pfllib: Path, setting: Setting, fed: FederatedDataset, method: str, rounds: int, device: str,
-               log: Path, clock: Clock, stand_in: Optional[Path] = None) -> dict[str, Any]:
+def pfllib_run(
+    pfllib: Path,
+    setting: Setting,
+    fed: FederatedDataset,
+    method: str,
+    rounds: int,
+    device: str,
+    log: Path,
+    clock: Clock,
+    stand_in: Optional[Path] = None,
+) -> dict[str, Any]:
     algo, extra = METHODS[method][0]
     # "Cifar10" in the name: PFLlib picks FedAvgCNN's CIFAR shape from it; the digest: another partition, another folder
     digest = hashlib.sha1(b"".join(np.asarray(i).tobytes() for i in fed.train_idx + fed.test_idx)).hexdigest()[:10]
@@ -175,10 +213,38 @@ def pfllib_run(pfllib: Path, setting: Setting, fed: FederatedDataset, method: st
     folder = pfllib / "dataset" / name
     if not (folder / "test" / f"{setting.clients - 1}.npz").exists():
         export_for_pfllib(fed, folder)
-    cmd = [sys.executable, "-u", "main.py", "-data", name, "-m", setting.pfllib_model, "-algo", algo,
-           "-gr", str(rounds), "-eg", str(rounds), "-nc", str(setting.clients), "-ncl", str(fed.num_classes),
-           "-lbs", "10", "-lr", "0.005", "-ls", "1", "-jr", "1", "-dev", "cuda" if device.startswith("cuda") else "cpu",
-           "-did", "0", *extra]
+    cmd = [
+        sys.executable,
+        "-u",
+        "main.py",
+        "-data",
+        name,
+        "-m",
+        setting.pfllib_model,
+        "-algo",
+        algo,
+        "-gr",
+        str(rounds),
+        "-eg",
+        str(rounds),
+        "-nc",
+        str(setting.clients),
+        "-ncl",
+        str(fed.num_classes),
+        "-lbs",
+        "10",
+        "-lr",
+        "0.005",
+        "-ls",
+        "1",
+        "-jr",
+        "1",
+        "-dev",
+        "cuda" if device.startswith("cuda") else "cpu",
+        "-did",
+        "0",
+        *extra,
+    ]
     timeout = max(clock.left, 1)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if stand_in:  # --check on a machine without torchvision: PFLlib's main.py imports it, CNN runs never use it
@@ -195,8 +261,12 @@ def pfllib_run(pfllib: Path, setting: Setting, fed: FederatedDataset, method: st
     # rounds 1..R-1 train only (evaluation every R rounds: at 0 and R); round R evaluates, then trains
     train = steady(costs[1:rounds]) if len(costs) > 1 else None
     evaluation = costs[rounds] - train if len(costs) > rounds and train else None
-    result = {"train_s": train, "eval_s": evaluation if evaluation is not None and evaluation > 0 else None,
-              "acc": accs[-1] if len(accs) > 1 else None, "rounds_done": max(len(costs) - 1, 0)}
+    result = {
+        "train_s": train,
+        "eval_s": evaluation if evaluation is not None and evaluation > 0 else None,
+        "acc": accs[-1] if len(accs) > 1 else None,
+        "rounds_done": max(len(costs) - 1, 0),
+    }
     if cut:
         result["cut"] = cut
     return result
@@ -249,8 +319,9 @@ def profile_cohort_round(setting: Setting, fed: FederatedDataset, args: argparse
     on_gpu = args.device.startswith("cuda")
     busy = sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6 if on_gpu else None
     sort = "self_device_time_total" if on_gpu else "self_cpu_time_total"
-    summary = (f"one cohort round of FedAvg ({setting.name}): {wall:.3f} s wall"
-               + (f", GPU kernels busy {busy:.3f} s ({busy / wall:.0%} of the wall time)" if busy is not None else ""))
+    summary = f"one cohort round of FedAvg ({setting.name}): {wall:.3f} s wall" + (
+        f", GPU kernels busy {busy:.3f} s ({busy / wall:.0%} of the wall time)" if busy is not None else ""
+    )
     path.write_text(summary + "\n\n" + events.table(sort_by=sort, row_limit=30) + "\n")
     return summary
 
@@ -261,9 +332,13 @@ def fmt(value: Optional[float], digits: int = 2) -> str:
 
 
 def write_table(results: list[dict], ceilings: dict[str, float], header: str, out: Path, profile: str) -> str:
-    lines = [header, "", "| setting | method | path | rounds | train s/round | eval s/round | acc after rounds | "
-             "train samples/s | share of ceiling | train speed-up vs PFLlib | vs per-client | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        header,
+        "",
+        "| setting | method | path | rounds | train s/round | eval s/round | acc after rounds | "
+        "train samples/s | share of ceiling | train speed-up vs PFLlib | vs per-client | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     by_key = {(r["setting"], r["method"], r["path"]): r for r in results}
     for r in results:
         key = (r["setting"], r["method"])
@@ -271,15 +346,29 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
         speed = r.get("train_s")
         throughput = r.get("samples") / speed if speed and r.get("samples") and r["method"] == "fedavg" else None
         share = throughput / ceilings[r["setting"]] if throughput and r["setting"] in ceilings else None
-        compared = {"cohort": ("pfllib", "per-client"), "per-client": ("pfllib",),
-                    "4-processes": ("pfllib", "per-client")}.get(r["path"], ())
-        vs = [fmt(base[p] / speed, 1) + "x" if speed and base[p] and p in compared else "-" for p in ("pfllib", "per-client")]
+        compared = {
+            "cohort": ("pfllib", "per-client"),
+            "per-client": ("pfllib",),
+            "4-processes": ("pfllib", "per-client"),
+        }.get(r["path"], ())
+        vs = [
+            fmt(base[p] / speed, 1) + "x" if speed and base[p] and p in compared else "-"
+            for p in ("pfllib", "per-client")
+        ]
         note = r.get("cut", "") or r.get("note", "")
-        lines.append(f"| {r['setting']} | {r['method']} | {r['path']} | {r.get('rounds', '-')} | {fmt(speed, 3)} | "
-                     f"{fmt(r.get('eval_s'), 3)} | {fmt(r.get('acc'), 4)} | {fmt(throughput, 0)} | "
-                     f"{fmt(share and 100 * share, 1)}{'%' if share else ''} | {vs[0]} | {vs[1]} | {note} |")
-    lines += ["", "Ceilings (one model, one big batch, training samples/s): "
-              + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items()), "", "Profile: " + profile, ""]
+        lines.append(
+            f"| {r['setting']} | {r['method']} | {r['path']} | {r.get('rounds', '-')} | {fmt(speed, 3)} | "
+            f"{fmt(r.get('eval_s'), 3)} | {fmt(r.get('acc'), 4)} | {fmt(throughput, 0)} | "
+            f"{fmt(share and 100 * share, 1)}{'%' if share else ''} | {vs[0]} | {vs[1]} | {note} |"
+        )
+    lines += [
+        "",
+        "Ceilings (one model, one big batch, training samples/s): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items()),
+        "",
+        "Profile: " + profile,
+        "",
+    ]
     text = "\n".join(lines)
     (out / "table.md").write_text(text)
     return text
@@ -288,8 +377,11 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
-    parser.add_argument("--pfllib", default=str(HERE.parent / ".peers" / "PFLlib"),
-                        help="a PFLlib checkout (its system/ folder); the PFLlib column is left out when it is not there")
+    parser.add_argument(
+        "--pfllib",
+        default=str(HERE.parent / ".peers" / "PFLlib"),
+        help="a PFLlib checkout (its system/ folder); the PFLlib column is left out when it is not there",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", type=float, default=450, help="seconds for everything; later rows are cut first")
     parser.add_argument("--out", default=str(HERE / "results" / "gpu_speed"))
@@ -311,14 +403,18 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     pfllib = Path(args.pfllib)
     has_pfllib = (pfllib / "system" / "main.py").exists()
-    header = (f"# GPU speed: {name}, torch {torch.__version__}{' (--check: tiny data, on the CPU)' if args.check else ''}\n\n"
-              f"PFLlib protocol, Dir(0.1), batch 10, lr 0.005, 1 local epoch, seed 0. PFLlib: "
-              f"{'checkout at ' + str(pfllib) if has_pfllib else 'not found at ' + str(pfllib) + ', left out'}.")
+    header = (
+        f"# GPU speed: {name}, torch {torch.__version__}{' (--check: tiny data, on the CPU)' if args.check else ''}\n\n"
+        f"PFLlib protocol, Dir(0.1), batch 10, lr 0.005, 1 local epoch, seed 0. PFLlib: "
+        f"{'checkout at ' + str(pfllib) if has_pfllib else 'not found at ' + str(pfllib) + ', left out'}."
+    )
     stand_in = None
     if args.check and has_pfllib and importlib.util.find_spec("torchvision") is None:
         stand_in = out / "logs" / "stand-in"
         (stand_in / "torchvision").mkdir(parents=True, exist_ok=True)
-        (stand_in / "torchvision" / "__init__.py").write_text("# --check only: an empty torchvision for PFLlib's import\n")
+        (stand_in / "torchvision" / "__init__.py").write_text(
+            "# --check only: an empty torchvision for PFLlib's import\n"
+        )
     results: list[dict] = []
     ceilings: dict[str, float] = {}
     feds: dict[str, FederatedDataset] = {}
@@ -350,8 +446,19 @@ def main() -> None:
             elif path == "pfllib":
                 if METHODS[method][0] is None or setting.pfllib_model is None or not has_pfllib:
                     continue
-                row.update(pfllib_run(pfllib, setting, fed, method, rounds, args.device,
-                                      out / "logs" / f"pfllib_{setting_name}_{method}.log", clock, stand_in))
+                row.update(
+                    pfllib_run(
+                        pfllib,
+                        setting,
+                        fed,
+                        method,
+                        rounds,
+                        args.device,
+                        out / "logs" / f"pfllib_{setting_name}_{method}.log",
+                        clock,
+                        stand_in,
+                    )
+                )
             else:
                 row.update(pfedkit_run(setting, fed, args, method, rounds, "on" if path == "cohort" else "off", clock))
                 if not row.pop("batched", True) and path == "cohort":
@@ -361,8 +468,12 @@ def main() -> None:
             write_table(results, ceilings, header, out, profile)
         if setting_name == "cifar10-20" and method == "fedavg" and clock.left > 30:
             profile = profile_cohort_round(setting, fed, args, out / "profile.txt")
-    (out / "results.json").write_text(json.dumps({"device": name, "torch": torch.__version__, "check": args.check,
-                                                  "ceilings": ceilings, "rows": results}, indent=1))
+    (out / "results.json").write_text(
+        json.dumps(
+            {"device": name, "torch": torch.__version__, "check": args.check, "ceilings": ceilings, "rows": results},
+            indent=1,
+        )
+    )
     print(write_table(results, ceilings, header, out, profile))
 
 

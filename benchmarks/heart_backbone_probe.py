@@ -6,6 +6,7 @@ training set-up reaches on all the clients' data pooled, the ceiling the federat
 Usage: python benchmarks/heart_backbone_probe.py [--epochs 5] [--backbone benchmarks/results/heart_table1/backbone_mnist.pt]
 Writes benchmarks/results/heart_diagnosis/backbone_probe.txt.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,14 @@ def train_central(source, adapters: bool, backbone: Path, epochs: int, seed: int
     train = HEART.base["train"]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, -1, -1, "probe-init"))
-        net = build_model("small-resnet-adapter", source.input_shape, source.num_classes, **HEART.pretrain["options"],
-                          adapters=adapters, pretrained=str(backbone))
+        net = build_model(
+            "small-resnet-adapter",
+            source.input_shape,
+            source.num_classes,
+            **HEART.pretrain["options"],
+            adapters=adapters,
+            pretrained=str(backbone),
+        )
         trains = is_trainable if adapters else (lambda name: True)
         opt = torch.optim.SGD([p for n, p in net.named_parameters() if trains(n)], lr=train["lr"])
         accuracies = []
@@ -43,7 +50,7 @@ def train_central(source, adapters: bool, backbone: Path, epochs: int, seed: int
                 net.train()
                 order = torch.randperm(len(source.train_y), generator=torch_generator(seed, epoch, -1, "probe"))
                 for i in range(0, len(order) - 1, train["batch_size"]):
-                    idx = order[i:i + train["batch_size"]]
+                    idx = order[i : i + train["batch_size"]]
                     loss = F.cross_entropy(net(source.train_x[idx]), source.train_y[idx])
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -51,8 +58,11 @@ def train_central(source, adapters: bool, backbone: Path, epochs: int, seed: int
                 correct, _, n = evaluate_model(net, source.test_x, source.test_y)
                 accuracies.append(correct / n)
     trained = sum(p.numel() for n, p in net.named_parameters() if trains(n))
-    print(f"{'adapters' if adapters else 'full'}: {trained:,} trained parameters; test accuracy by epoch "
-          + ", ".join(f"{100 * a:.2f}" for a in accuracies), flush=True)
+    print(
+        f"{'adapters' if adapters else 'full'}: {trained:,} trained parameters; test accuracy by epoch "
+        + ", ".join(f"{100 * a:.2f}" for a in accuracies),
+        flush=True,
+    )
     return accuracies
 
 
@@ -65,13 +75,19 @@ def main() -> None:
     torch.set_num_threads(1)
     data = HEART.base["data"]
     source = keep_fraction(load_dataset(data["dataset"], args.data_root), data["fraction"], 0)
-    lines = [f"{data['dataset']}, a seeded {data['fraction']:.0%} of every class ({len(source.train_y)} training, "
-             f"{len(source.test_y)} test images), backbone {args.backbone.name}, batch "
-             f"{HEART.base['train']['batch_size']}, lr {HEART.base['train']['lr']}, centralized"]
+    lines = [
+        f"{data['dataset']}, a seeded {data['fraction']:.0%} of every class ({len(source.train_y)} training, "
+        f"{len(source.test_y)} test images), backbone {args.backbone.name}, batch "
+        f"{HEART.base['train']['batch_size']}, lr {HEART.base['train']['lr']}, centralized"
+    ]
     for adapters in (True, False):
         accs = train_central(source, adapters, args.backbone, args.epochs)
-        lines.append(f"{'adapters, BatchNorms and head (PerAda, HEART-PFL)' if adapters else 'every weight (FT baselines)'}: "
-                     + ", ".join(f"{100 * a:.2f}" for a in accs) + " % after epochs 1.." + str(args.epochs))
+        lines.append(
+            f"{'adapters, BatchNorms and head (PerAda, HEART-PFL)' if adapters else 'every weight (FT baselines)'}: "
+            + ", ".join(f"{100 * a:.2f}" for a in accs)
+            + " % after epochs 1.."
+            + str(args.epochs)
+        )
     out = HERE / "results" / "heart_diagnosis" / "backbone_probe.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

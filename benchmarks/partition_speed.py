@@ -8,6 +8,7 @@ PFLlib's endless redraw when the minimum is out of reach (beta 0.05). Target: be
 
 Usage: python benchmarks/partition_speed.py [--out benchmarks/results/partition_speed.txt]
 """
+
 from __future__ import annotations
 
 import argparse

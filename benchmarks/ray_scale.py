@@ -13,6 +13,7 @@ clients (eval.clients), trains 10% of them.
 Usage: python benchmarks/ray_scale.py [--data-root ../shared/data] [--rounds 3] [--sizes 100,1000,10000]
                                       [--out benchmarks/results/ray_scale.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def mnist_config(data_root: str, rounds: int, backend: str, workers: int):
-    return build_config({
-        "data": {"dataset": "mnist", "root": data_root},
-        "partition": {"scheme": "dirichlet", "clients": 20, "beta": 0.1},
-        "model": {"name": "fedavgcnn"},
-        "method": {"name": "fedavg"},
-        "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005},
-        "run": {"seed": 0, "checkpoint_every": 1000, "backend": backend, "workers": workers},
-    })
+    return build_config(
+        {
+            "data": {"dataset": "mnist", "root": data_root},
+            "partition": {"scheme": "dirichlet", "clients": 20, "beta": 0.1},
+            "model": {"name": "fedavgcnn"},
+            "method": {"name": "fedavg"},
+            "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005},
+            "run": {"seed": 0, "checkpoint_every": 1000, "backend": backend, "workers": workers},
+        }
+    )
 
 
 def seconds_per_round(folder: Path) -> float:
@@ -52,8 +55,12 @@ def seconds_per_round(folder: Path) -> float:
 
 
 def part_a(data_root: str, rounds: int) -> list[str]:
-    lines = ["## A. MNIST, FedAvg, 20 clients: seconds per round (train + evaluation), mean of rounds 1.."
-             f"{rounds - 1}", "", "| backend | workers | s / round | accuracy after the last round |", "|---|---|---|---|"]
+    lines = [
+        f"## A. MNIST, FedAvg, 20 clients: seconds per round (train + evaluation), mean of rounds 1..{rounds - 1}",
+        "",
+        "| backend | workers | s / round | accuracy after the last round |",
+        "|---|---|---|---|",
+    ]
     results = {}
     for backend, workers in (("local", 2), ("ray", 1), ("ray", 2)):
         with tempfile.TemporaryDirectory() as tmp:
@@ -61,8 +68,12 @@ def part_a(data_root: str, rounds: int) -> list[str]:
             results[backend, workers] = seconds_per_round(Path(tmp) / "run")
             lines.append(f"| {backend} | {workers} | {results[backend, workers]:.2f} | {summary['last_acc']:.4f} |")
     overhead = results["ray", 2] - results["local", 2]
-    lines += ["", f"Ray's overhead per round (2 actors against 2 local workers): {overhead:+.2f} s "
-              f"({overhead / results['local', 2]:+.1%})", ""]
+    lines += [
+        "",
+        f"Ray's overhead per round (2 actors against 2 local workers): {overhead:+.2f} s "
+        f"({overhead / results['local', 2]:+.1%})",
+        "",
+    ]
     return lines
 
 
@@ -93,20 +104,41 @@ print(json.dumps({"peak_mb": peak_mb(),
 
 
 def part_b(sizes: list[int], rounds: int) -> list[str]:
-    lines = ["## B. Large federations, client state on disk: driver peak memory and seconds per round", "",
-             "| clients | method | backend | driver peak MiB | s / round | wall s (incl. start) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "## B. Large federations, client state on disk: driver peak memory and seconds per round",
+        "",
+        "| clients | method | backend | driver peak MiB | s / round | wall s (incl. start) |",
+        "|---|---|---|---|---|---|",
+    ]
     for clients in sizes:
         for method in ("fedavg", "ditto"):
             for backend in ("local", "ray"):
                 with tempfile.TemporaryDirectory() as tmp:
-                    done = subprocess.run([sys.executable, "-c", PROBE, str(clients), method, backend, str(rounds),
-                                           str(Path(tmp) / "run")], capture_output=True, text=True, timeout=3600)
+                    done = subprocess.run(
+                        [
+                            sys.executable,
+                            "-c",
+                            PROBE,
+                            str(clients),
+                            method,
+                            backend,
+                            str(rounds),
+                            str(Path(tmp) / "run"),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        timeout=3600,
+                    )
                 if done.returncode != 0:
-                    lines.append(f"| {clients} | {method} | {backend} | failed: {done.stderr.strip().splitlines()[-1]} | | |")
+                    lines.append(
+                        f"| {clients} | {method} | {backend} | failed: {done.stderr.strip().splitlines()[-1]} | | |"
+                    )
                     continue
                 got = json.loads(done.stdout.strip().splitlines()[-1])
-                lines.append(f"| {clients:,} | {method} | {backend} | {got['peak_mb']:.0f} | {got['s_per_round']:.2f} | "
-                             f"{got['wall_s']:.0f} |")
+                lines.append(
+                    f"| {clients:,} | {method} | {backend} | {got['peak_mb']:.0f} | {got['s_per_round']:.2f} | "
+                    f"{got['wall_s']:.0f} |"
+                )
                 print(lines[-1], flush=True)
     return lines + [""]
 
@@ -119,8 +151,11 @@ def main() -> None:
     parser.add_argument("--parts", default="a,b")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+    ]
     if "a" in args.parts:
         lines += part_a(args.data_root, args.rounds)
         print("\n".join(lines), flush=True)

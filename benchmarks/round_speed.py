@@ -7,6 +7,7 @@ Targets: <= 25 s per round in total; >= 0.75 of the batch-256 throughput.
 
 Usage: python benchmarks/round_speed.py [--data-root ../shared/data] [--rounds 3] [--out benchmarks/results/round_speed.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,17 @@ HERE = Path(__file__).resolve().parent
 
 
 def mnist_config(data_root: str, rounds: int, batch_size: int = 10):
-    return build_config({
-        "data": {"dataset": "mnist", "root": data_root},
-        "partition": {"scheme": "dirichlet", "clients": 20, "beta": 0.1},
-        "model": {"name": "fedavgcnn"},
-        "method": {"name": "fedavg"},
-        "train": {"rounds": rounds, "local_epochs": 1, "batch_size": batch_size, "lr": 0.005},
-        "eval": {"protocol": "pfllib", "every": 1},
-        "run": {"seed": 0, "checkpoint_every": 1000},
-    })
+    return build_config(
+        {
+            "data": {"dataset": "mnist", "root": data_root},
+            "partition": {"scheme": "dirichlet", "clients": 20, "beta": 0.1},
+            "model": {"name": "fedavgcnn"},
+            "method": {"name": "fedavg"},
+            "train": {"rounds": rounds, "local_epochs": 1, "batch_size": batch_size, "lr": 0.005},
+            "eval": {"protocol": "pfllib", "every": 1},
+            "run": {"seed": 0, "checkpoint_every": 1000},
+        }
+    )
 
 
 def engine_rounds(cfg, fed):
@@ -98,7 +101,8 @@ def main() -> None:
         f"total  s/round: {total:7.2f}   target <= 25 s: {'PASS' if total <= 25 else 'FAIL'}",
         f"batch-256 samples/s: engine {rate_256_engine:,.0f}, plain {torch.get_num_threads()}-thread loop {rate_256_plain:,.0f}",
         f"batch-10 / batch-256 throughput: {ratio:.3f}   target >= 0.75: {'PASS' if ratio >= 0.75 else 'FAIL'}",
-        "per round (round, train_s, eval_s): " + ", ".join(f"({r['round']}, {r['train_s']:.2f}, {r['eval_s']:.2f})" for r in rows),
+        "per round (round, train_s, eval_s): "
+        + ", ".join(f"({r['round']}, {r['train_s']:.2f}, {r['eval_s']:.2f})" for r in rows),
     ]
     text = "\n".join(lines)
     print(text)

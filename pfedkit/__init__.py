@@ -7,6 +7,7 @@ From Python (a notebook), the same runs as the command line:
     results = pfedkit.load_run("runs/fedper")
     results.column("acc")          # accuracy per evaluated round
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,5 +1,6 @@
 """pfedkit from Python (a notebook): the same runs as the command line. `pfedkit.run` and `pfedkit.load_run` are
 these, reached through the package (`import pfedkit`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,8 +8,16 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 
-def run(config: "str | Path | Mapping[str, Any]", out: "str | Path", *, resume: bool = False, progress: bool = True,
-        data_root: Optional[str] = None, force: bool = False, **sections: Mapping[str, Any]) -> dict[str, Any]:
+def run(
+    config: "str | Path | Mapping[str, Any]",
+    out: "str | Path",
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    data_root: Optional[str] = None,
+    force: bool = False,
+    **sections: Mapping[str, Any],
+) -> dict[str, Any]:
     """Run one experiment, as `pfedkit run`, in this process; its summary (summary.json) is returned.
 
     `config`: a TOML file or a dict of sections; `sections` override them section by section

@@ -1,4 +1,5 @@
 """The `pfedkit` command: run, compare, tune, reproduce, partition, data, methods, demo."""
+
 from __future__ import annotations
 
 import errno
@@ -29,7 +30,9 @@ def parse_seeds(ctx: click.Context, param: click.Parameter, text: str) -> list[i
         raise click.BadParameter(f"{text!r}: seeds are integers, e.g. 0,1,2") from None
     twice = sorted({s for s in seeds if seeds.count(s) > 1})
     if twice:
-        raise click.BadParameter(f"{text!r} names seed {', '.join(map(str, twice))} more than once; give each seed once")
+        raise click.BadParameter(
+            f"{text!r} names seed {', '.join(map(str, twice))} more than once; give each seed once"
+        )
     return seeds
 
 
@@ -37,8 +40,10 @@ def describe_os_error(err: OSError) -> str:
     """What a failed read or write of the system means for the run, and what to do."""
     where = f" {err.filename}" if err.filename else ""
     if err.errno == errno.ENOSPC:
-        return (f"the disk is full (writing{where}); free some space and continue with --resume: checkpoints and "
-                "results are replaced whole, so the last ones written are intact")
+        return (
+            f"the disk is full (writing{where}); free some space and continue with --resume: checkpoints and "
+            "results are replaced whole, so the last ones written are intact"
+        )
     if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return f"cannot write{where} ({err.strerror}); choose an --out (or data folder) you can write to"
     return f"{err.strerror or err}{':' + where if where else ''}"
@@ -77,8 +82,15 @@ def main() -> None:
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.option("--force", is_flag=True, help="write a new run into an --out that holds files pfedkit did not write")
-def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...], root: Optional[str], quiet: bool,
-        force: bool) -> None:
+def run(
+    config: Optional[str],
+    out: str,
+    resume: bool,
+    overrides: tuple[str, ...],
+    root: Optional[str],
+    quiet: bool,
+    force: bool,
+) -> None:
     """Run one experiment described by CONFIG (a TOML file)."""
     from pfedkit.experiments import run_experiment
     from pfedkit.registry import load_config
@@ -88,21 +100,29 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
         if not resume:
             raise click.UsageError("give a CONFIG file, or --resume to continue the run in --out")
         if not saved.exists():
-            raise PfedkitError(f"there is no run in {out} to resume (no config.toml there); start one with "
-                               f"`pfedkit run CONFIG --out {out}`")
+            raise PfedkitError(
+                f"there is no run in {out} to resume (no config.toml there); start one with "
+                f"`pfedkit run CONFIG --out {out}`"
+            )
         config = str(saved)
     elif not resume and saved.exists() and Path(config).resolve() == saved.resolve():
-        raise PfedkitError(f"{config} is --out's own config.toml: a run writes its resolved config there and would "
-                           "replace yours; choose another --out (e.g. a subfolder)")
+        raise PfedkitError(
+            f"{config} is --out's own config.toml: a run writes its resolved config there and would "
+            "replace yours; choose another --out (e.g. a subfolder)"
+        )
     cfg = load_config(config, with_root(overrides, root))
     summary = run_experiment(cfg, out, resume=resume, progress=not quiet, force=force)
     click.echo(
         f"{summary['method']}: best acc {summary['best_acc']:.4f} (round {summary['best_round']}), "
         f"last {summary['last_acc']:.4f} [{summary['protocol']} protocol, "
         f"{'after local training' if summary['eval_point'] == 'after-local' else 'at round start'}]"
-        + (f"; after local training best {summary['best_acc_after']:.4f}, last {summary['last_acc_after']:.4f}"
-           if summary["eval_point"] == "both" else "")
-        + (f"; evaluated on the {summary['evaluated_on']}" if "evaluated_on" in summary else "") + f"; results in {out}"
+        + (
+            f"; after local training best {summary['best_acc_after']:.4f}, last {summary['last_acc_after']:.4f}"
+            if summary["eval_point"] == "both"
+            else ""
+        )
+        + (f"; evaluated on the {summary['evaluated_on']}" if "evaluated_on" in summary else "")
+        + f"; results in {out}"
     )
 
 
@@ -115,14 +135,23 @@ def run(config: Optional[str], out: str, resume: bool, overrides: tuple[str, ...
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--resume", is_flag=True, help="keep finished runs, resume unfinished ones")
 @click.option("--quiet", is_flag=True, help="no progress bars")
-def compare(config: str, methods: str, seeds: list[int], out: str, overrides: tuple[str, ...], root: Optional[str],
-            resume: bool, quiet: bool) -> None:
+def compare(
+    config: str,
+    methods: str,
+    seeds: list[int],
+    out: str,
+    overrides: tuple[str, ...],
+    root: Optional[str],
+    resume: bool,
+    quiet: bool,
+) -> None:
     """Run several methods over several seeds on CONFIG; write a markdown table and one plot."""
     from pfedkit.experiments.compare import run_comparison
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
-    table, plot = run_comparison(config, names, seeds, Path(out), with_root(overrides, root), resume=resume,
-                                 progress=not quiet)
+    table, plot = run_comparison(
+        config, names, seeds, Path(out), with_root(overrides, root), resume=resume, progress=not quiet
+    )
     click.echo(table)
     click.echo(f"table: {Path(out) / 'table.md'}\nplot: {plot}")
 
@@ -131,8 +160,14 @@ def compare(config: str, methods: str, seeds: list[int], out: str, overrides: tu
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
-@click.option("--plot", "plot", default="partition.png", show_default=True, type=click.Path(dir_okay=False),
-              help="where to write the heatmap PNG")
+@click.option(
+    "--plot",
+    "plot",
+    default="partition.png",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="where to write the heatmap PNG",
+)
 def partition(config: str, overrides: tuple[str, ...], root: Optional[str], plot: str) -> None:
     """Print per-client sample and label counts of CONFIG's partition and write a heatmap."""
     from pfedkit.data.federated import build_federated
@@ -142,24 +177,40 @@ def partition(config: str, overrides: tuple[str, ...], root: Optional[str], plot
     cfg = load_config(config, with_root(overrides, root))
     fed = build_federated(cfg)
     counts = fed.label_counts("train")
-    click.echo(f"{fed.name}: {fed.num_clients} clients, {fed.num_classes} classes, scheme {cfg.partition.scheme}, "
-               f"protocol {fed.protocol}")
+    click.echo(
+        f"{fed.name}: {fed.num_clients} clients, {fed.num_classes} classes, scheme {cfg.partition.scheme}, "
+        f"protocol {fed.protocol}"
+    )
     header = "client  train   test  classes  label counts (train)"
     click.echo(header)
     for cid in range(fed.num_clients):
         labels = " ".join(f"{k}:{int(c)}" for k, c in enumerate(counts[cid]) if c)
-        click.echo(f"{cid:>6} {fed.train_sizes()[cid]:>6} {fed.test_sizes()[cid]:>6} {int((counts[cid] > 0).sum()):>8}  {labels}")
-    path = save_partition_heatmap(counts, Path(plot), title=f"{fed.name} {cfg.partition.scheme} ({fed.num_clients} clients)")
+        click.echo(
+            f"{cid:>6} {fed.train_sizes()[cid]:>6} {fed.test_sizes()[cid]:>6} {int((counts[cid] > 0).sum()):>8}  {labels}"
+        )
+    path = save_partition_heatmap(
+        counts, Path(plot), title=f"{fed.name} {cfg.partition.scheme} ({fed.num_clients} clients)"
+    )
     click.echo(f"heatmap: {path}")
 
 
 @main.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--window", default=20, show_default=True, type=click.IntRange(min=1), help="rounds per block")
-@click.option("--last", "last_k", default=10, show_default=True, type=click.IntRange(min=1),
-              help="the final accuracy is the mean of this many last evaluations")
-@click.option("--point", type=click.Choice(["start", "after-local"]), default=None,
-              help="evaluation point to read (default: the run's own; a run measured at both headlines start)")
+@click.option(
+    "--last",
+    "last_k",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="the final accuracy is the mean of this many last evaluations",
+)
+@click.option(
+    "--point",
+    type=click.Choice(["start", "after-local"]),
+    default=None,
+    help="evaluation point to read (default: the run's own; a run measured at both headlines start)",
+)
 def curves(runs: tuple[str, ...], window: int, last_k: int, point: Optional[str]) -> None:
     """Mean accuracy of each block of rounds of one or more run folders (finished or still training), with the
     mean of the last evaluations, the best and the curve's trend mark: how far a curve has flattened."""
@@ -168,21 +219,27 @@ def curves(runs: tuple[str, ...], window: int, last_k: int, point: Optional[str]
     table = {}
     for run in runs:
         if not (Path(run) / "metrics.csv").exists():
-            raise click.UsageError(f"{run} holds no metrics.csv: give run folders (a suite's are <out>/<column>/<row>/seed<N>)")
+            raise click.UsageError(
+                f"{run} holds no metrics.csv: give run folders (a suite's are <out>/<column>/<row>/seed<N>)"
+            )
         curve = [(r, 100 * a) for r, a in headline_curve(Path(run), point)]
         if not curve:
             raise click.UsageError(f"{run} has no evaluations at point {point!r}: its run measured another point")
         table[run] = curve
     blocks = sorted({(a, b) for curve in table.values() for a, b, _ in window_means(curve, window)})
-    click.echo("| run | " + " | ".join(f"{a}-{b}" for a, b in blocks) + f" | last {last_k} | best (round) | last round |")
+    click.echo(
+        "| run | " + " | ".join(f"{a}-{b}" for a, b in blocks) + f" | last {last_k} | best (round) | last round |"
+    )
     click.echo("|---" * (len(blocks) + 4) + "|")
     for run, curve in table.items():
         means = {(a, b): m for a, b, m in window_means(curve, window)}
         best_round, best = max(curve, key=lambda p: p[1])
         final = sum(a for _, a in curve[-last_k:]) / len(curve[-last_k:])
         cells = [f"{means[k]:.2f}" if k in means else "" for k in blocks]
-        click.echo(f"| {run} | " + " | ".join(cells) + f" | {final:.2f}{TREND_MARKS[curve_trend(curve)]} | "
-                   f"{best:.2f} ({best_round}) | {curve[-1][0]} |")
+        click.echo(
+            f"| {run} | " + " | ".join(cells) + f" | {final:.2f}{TREND_MARKS[curve_trend(curve)]} | "
+            f"{best:.2f} ({best_round}) | {curve[-1][0]} |"
+        )
     click.echo(f"\nAccuracy in %, blocks of {window} rounds from round 1. {TREND_NOTE}.")
 
 
@@ -225,21 +282,45 @@ def data_check(name: str, root: Optional[str]) -> None:
 
 @main.command()
 @click.option("--dataset", required=True, help="data set to train on, e.g. mnist")
-@click.option("--model", "model", default="small-resnet-adapter", show_default=True,
-              help="backbone: resnet18-adapter or small-resnet-adapter (trained without adapters)")
+@click.option(
+    "--model",
+    "model",
+    default="small-resnet-adapter",
+    show_default=True,
+    help="backbone: resnet18-adapter or small-resnet-adapter (trained without adapters)",
+)
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="state-dict file to write")
-@click.option("--option", "options", multiple=True, help="model option key=value (TOML value), e.g. --option widths=[8,16,32,64]")
+@click.option(
+    "--option", "options", multiple=True, help="model option key=value (TOML value), e.g. --option widths=[8,16,32,64]"
+)
 @click.option("--epochs", default=2, show_default=True, type=int)
 @click.option("--batch-size", default=64, show_default=True, type=int)
 @click.option("--lr", default=0.05, show_default=True, type=float, help="SGD lr, cosine-annealed over the epochs")
 @click.option("--momentum", default=0.9, show_default=True, type=float)
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--threads", default=1, show_default=True, type=int,
-              help="torch CPU threads (small batches run fastest on one; 0 = torch's default)")
+@click.option(
+    "--threads",
+    default=1,
+    show_default=True,
+    type=int,
+    help="torch CPU threads (small batches run fastest on one; 0 = torch's default)",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a GPU")
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
-def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epochs: int, batch_size: int, lr: float,
-             momentum: float, seed: int, threads: int, device: str, root: Optional[str]) -> None:
+def pretrain(
+    dataset: str,
+    model: str,
+    out: str,
+    options: tuple[str, ...],
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    seed: int,
+    threads: int,
+    device: str,
+    root: Optional[str],
+) -> None:
     """Train a backbone centrally on DATASET and save a torchvision-format state dict for model.options.pretrained."""
     import torch
 
@@ -250,48 +331,112 @@ def pretrain(dataset: str, model: str, out: str, options: tuple[str, ...], epoch
         torch.set_num_threads(threads)
 
     parsed = {path[-1]: value for path, value in (parse_override(f"model.{o}") for o in options)}
-    result = pretrain_backbone(dataset, model, out, options=parsed, epochs=epochs, batch_size=batch_size, lr=lr,
-                               momentum=momentum, seed=seed, root=root, device=device, log=click.echo)
+    result = pretrain_backbone(
+        dataset,
+        model,
+        out,
+        options=parsed,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        momentum=momentum,
+        seed=seed,
+        root=root,
+        device=device,
+        log=click.echo,
+    )
     acc = f", test accuracy {result['test_acc']:.4f}" if "test_acc" in result else ""
-    click.echo(f"saved {out} ({model} on {dataset}, {result['seconds']:.0f} s{acc}); use it with "
-               f"model.options.pretrained = \"{out}\"")
+    click.echo(
+        f"saved {out} ({model} on {dataset}, {result['seconds']:.0f} s{acc}); use it with "
+        f'model.options.pretrained = "{out}"'
+    )
 
 
 @main.command()
 @click.argument("suite", required=False)
 @click.option("--list", "show_list", is_flag=True, help="show every suite: paper, rows, columns, data, time")
-@click.option("--scale", default="small", show_default=True,
-              help="small: what finishes here in about two hours; full: the paper's setting; a suite may define "
-                   "others (--list shows them)")
+@click.option(
+    "--scale",
+    default="small",
+    show_default=True,
+    help="small: what finishes here in about two hours; full: the paper's setting; a suite may define "
+    "others (--list shows them)",
+)
 @click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
-@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
-              help="default runs/reproduce/SUITE (SUITE_SCALE beyond the small scale); with --claims, the folder "
-                   "holding those (default runs/reproduce)")
+@click.option(
+    "--out",
+    "out",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="default runs/reproduce/SUITE (SUITE_SCALE beyond the small scale); with --claims, the folder "
+    "holding those (default runs/reproduce)",
+)
 @click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
 @click.option("--columns", default=None, help="comma-separated columns to run")
 @click.option("--workers", default=None, type=int, help="worker processes; 0 = one per core")
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--table-only", is_flag=True, help="write the table from the finished runs in --out, train nothing")
-@click.option("--tuned", "tuned", default=None, type=click.Path(file_okay=False),
-              help="folder of `pfedkit tune` outputs, one per row (DIR/<row>/): those rows run at their tuned values")
-@click.option("--reuse-from", "reuse_from", default=None, type=click.Path(file_okay=False),
-              help="copy a cell from a finished run under this folder that had the same config, instead of training "
-                   "it (default: the folder holding --out, i.e. the other suites' results)")
+@click.option(
+    "--tuned",
+    "tuned",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="folder of `pfedkit tune` outputs, one per row (DIR/<row>/): those rows run at their tuned values",
+)
+@click.option(
+    "--reuse-from",
+    "reuse_from",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="copy a cell from a finished run under this folder that had the same config, instead of training "
+    "it (default: the folder holding --out, i.e. the other suites' results)",
+)
 @click.option("--no-reuse", is_flag=True, help="train every cell, even one an identical finished run already holds")
 @click.option("--quiet", is_flag=True, help="no progress bars")
-@click.option("--claims", "claims", is_flag=True,
-              help="print where each paper's claims stand, judged by code on the finished runs of every suite (or "
-                   "SUITE) under --out; train nothing")
-@click.option("--update", "update", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="with --claims: write the table into this markdown file, between its generated-table markers")
-def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int], out: Optional[str], rows: Optional[str],
-              columns: Optional[str], workers: Optional[int], overrides: tuple[str, ...], root: Optional[str],
-              table_only: bool, tuned: Optional[str], reuse_from: Optional[str], no_reuse: bool, quiet: bool,
-              claims: bool, update: Optional[str]) -> None:
+@click.option(
+    "--claims",
+    "claims",
+    is_flag=True,
+    help="print where each paper's claims stand, judged by code on the finished runs of every suite (or "
+    "SUITE) under --out; train nothing",
+)
+@click.option(
+    "--update",
+    "update",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="with --claims: write the table into this markdown file, between its generated-table markers",
+)
+def reproduce(
+    suite: Optional[str],
+    show_list: bool,
+    scale: str,
+    seeds: list[int],
+    out: Optional[str],
+    rows: Optional[str],
+    columns: Optional[str],
+    workers: Optional[int],
+    overrides: tuple[str, ...],
+    root: Optional[str],
+    table_only: bool,
+    tuned: Optional[str],
+    reuse_from: Optional[str],
+    no_reuse: bool,
+    quiet: bool,
+    claims: bool,
+    update: Optional[str],
+) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
-    from pfedkit.experiments.reproduce import (CLAIMS_BEGIN, CLAIMS_END, claims_table, describe, results_folder,
-                                               run_suite, update_claims)
+    from pfedkit.experiments.reproduce import (
+        CLAIMS_BEGIN,
+        CLAIMS_END,
+        claims_table,
+        describe,
+        results_folder,
+        run_suite,
+        update_claims,
+    )
     from pfedkit.experiments.suites import SUITES
 
     if suite is not None and suite not in SUITES:
@@ -299,12 +444,15 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
     if update and not claims:
         raise click.UsageError("--update writes the claims table: add --claims")
     if claims:
-        table = claims_table(Path(out) if out else Path("runs") / "reproduce",
-                             [SUITES[suite]] if suite else list(SUITES.values()))
+        table = claims_table(
+            Path(out) if out else Path("runs") / "reproduce", [SUITES[suite]] if suite else list(SUITES.values())
+        )
         click.echo("\n".join(table))
         if update and not update_claims(Path(update), table):
-            raise click.UsageError(f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
-                                   f"{CLAIMS_END}\nwhere the table goes, then run this again")
+            raise click.UsageError(
+                f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
+                f"{CLAIMS_END}\nwhere the table goes, then run this again"
+            )
         return
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))
@@ -313,10 +461,22 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
         return
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
     folder = Path(out) if out else Path("runs") / "reproduce" / results_folder(suite, scale)
-    table = run_suite(SUITES[suite], scale=scale, seeds=seeds, out=folder, overrides=overrides,
-                      rows=split(rows), columns=split(columns), data_root=root, workers=workers,
-                      table_only=table_only, progress=not quiet, tuned=Path(tuned) if tuned else None,
-                      reuse_from=None if no_reuse else Path(reuse_from) if reuse_from else folder.parent, log=click.echo)
+    table = run_suite(
+        SUITES[suite],
+        scale=scale,
+        seeds=seeds,
+        out=folder,
+        overrides=overrides,
+        rows=split(rows),
+        columns=split(columns),
+        data_root=root,
+        workers=workers,
+        table_only=table_only,
+        progress=not quiet,
+        tuned=Path(tuned) if tuned else None,
+        reuse_from=None if no_reuse else Path(reuse_from) if reuse_from else folder.parent,
+        log=click.echo,
+    )
     if not table:
         click.echo(f"no run in {folder} yet: no table written (run the suite first: drop --table-only)")
         return
@@ -328,18 +488,41 @@ def reproduce(suite: Optional[str], show_list: bool, scale: str, seeds: list[int
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--method", "method", default=None, help="method to tune (default: the config's method.name)")
 @click.option("--trials", default=20, show_default=True, type=int, help="trials in all (complete, pruned or diverged)")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="tune folder (resumes if it holds one)")
+@click.option(
+    "--out", "out", required=True, type=click.Path(file_okay=False), help="tune folder (resumes if it holds one)"
+)
 @click.option("--params", default="", help="comma-separated hyper-parameters to search (default: every declared range)")
-@click.option("--validation", default=0.2, show_default=True, type=float,
-              help="share of each client's training data held out to score trials (never the test split)")
+@click.option(
+    "--validation",
+    default=0.2,
+    show_default=True,
+    type=float,
+    help="share of each client's training data held out to score trials (never the test split)",
+)
 @click.option("--last-k", default=5, show_default=True, type=int, help="score: mean accuracy of the last k evaluations")
-@click.option("--seeds", default="0", show_default=True, callback=parse_seeds,
-              help="seeds of the test-split re-runs of the best and the default values ('' for none)")
+@click.option(
+    "--seeds",
+    default="0",
+    show_default=True,
+    callback=parse_seeds,
+    help="seeds of the test-split re-runs of the best and the default values ('' for none)",
+)
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--quiet", is_flag=True, help="no progress bars")
-def tune(config: str, method: Optional[str], trials: int, out: str, params: str, validation: float, last_k: int,
-         seeds: list[int], overrides: tuple[str, ...], root: Optional[str], quiet: bool) -> None:
+def tune(
+    config: str,
+    method: Optional[str],
+    trials: int,
+    out: str,
+    params: str,
+    validation: float,
+    last_k: int,
+    seeds: list[int],
+    overrides: tuple[str, ...],
+    root: Optional[str],
+    quiet: bool,
+) -> None:
     """Search a method's hyper-parameters on a validation split (Optuna), then re-run the best on the test split."""
     from pfedkit.config import apply_overrides, read_toml
     from pfedkit.experiments.pipeline import method_config
@@ -350,12 +533,21 @@ def tune(config: str, method: Optional[str], trials: int, out: str, params: str,
     if not method:
         raise click.UsageError("name the method to tune: --method NAME, or method.name in the config")
     cfg = method_config(raw, method, raw.get("run", {}).get("seed", 0))  # the config's values apply to its own method
-    tuner = Tuner(cfg, Path(out), trials=trials, validation=validation, last_k=last_k, progress=not quiet,
-                  params=[p.strip() for p in params.split(",") if p.strip()])
+    tuner = Tuner(
+        cfg,
+        Path(out),
+        trials=trials,
+        validation=validation,
+        last_k=last_k,
+        progress=not quiet,
+        params=[p.strip() for p in params.split(",") if p.strip()],
+    )
     result = tuner.run(seeds)
     click.echo((Path(out) / "tune.md").read_text().rstrip())
-    click.echo(f"best config: {Path(out) / 'best.toml'} (pfedkit run {Path(out) / 'best.toml'} --out ...); "
-               f"trials: {Path(out) / 'trials.csv'}, {Path(out) / 'search.png'}; tuned {result['tuned']}")
+    click.echo(
+        f"best config: {Path(out) / 'best.toml'} (pfedkit run {Path(out) / 'best.toml'} --out ...); "
+        f"trials: {Path(out) / 'trials.csv'}, {Path(out) / 'search.png'}; tuned {result['tuned']}"
+    )
 
 
 @main.command()
@@ -369,16 +561,26 @@ def methods() -> None:
     for name in sorted(METHODS):
         cls = METHODS[name]
         trains, evaluates = cls.batched()
-        path = {(True, True): "batched training and evaluation", (True, False): "batched training",
-                (False, True): "batched evaluation", (False, False): "one client at a time"}[(trains, evaluates)]
+        path = {
+            (True, True): "batched training and evaluation",
+            (True, False): "batched training",
+            (False, True): "batched evaluation",
+            (False, False): "one client at a time",
+        }[(trains, evaluates)]
         click.echo(f"{name}: {cls.summary} [GPU cohort path: {path}]")
         from_run = cls.Params.run_defaults(SimpleNamespace(rounds=1, join_ratio=1.0))  # keys filled in from the run
         space = search_space(cls.Params)
         for field, info in cls.Params.model_fields.items():
-            default = "(from the run)" if field in from_run else "(required)" if info.is_required() else repr(info.default)
+            default = (
+                "(from the run)" if field in from_run else "(required)" if info.is_required() else repr(info.default)
+            )
             searched = space.get(field)
-            tune = (f" [tune: {searched['low']}..{searched['high']}{', log' if searched['log'] else ''}; "
-                    f"{searched['source']}]" if searched else "")
+            tune = (
+                f" [tune: {searched['low']}..{searched['high']}{', log' if searched['log'] else ''}; "
+                f"{searched['source']}]"
+                if searched
+                else ""
+            )
             click.echo(f"    {field} = {default}  # {info.description or ''}{tune}")
 
 
@@ -392,7 +594,9 @@ def demo(out: str, rounds: Optional[int], quiet: bool) -> None:
 
     table, plot = run_demo(Path(out), rounds=rounds, progress=not quiet)
     click.echo(table)
-    click.echo(f"\nplot: {plot}\nrun folders (each runnable again with `pfedkit run <folder>/config.toml --out NEW`): {out}/<method>/seed0")
+    click.echo(
+        f"\nplot: {plot}\nrun folders (each runnable again with `pfedkit run <folder>/config.toml --out NEW`): {out}/<method>/seed0"
+    )
 
 
 from pfedkit.flower.cli import flower  # noqa: E402  (imports no flwr until a command runs)

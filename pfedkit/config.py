@@ -1,4 +1,5 @@
 """Typed experiment configuration, loaded from TOML and validated before any training starts."""
+
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,8 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pfedkit.errors import ConfigError
-from pfedkit.seeding import derive_seed
 from pfedkit.io import atomic_write_text
+from pfedkit.seeding import derive_seed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +30,9 @@ class DataSection(Section):
     dataset: str = "digits"
     root: Optional[str] = None  # else $PFEDKIT_DATA, else ~/.cache/pfedkit
     options: dict[str, Any] = Field(default_factory=dict)
-    fraction: float = Field(1.0, gt=0, le=1)  # keep this share of each class of each split (seeded), for small-scale runs
+    fraction: float = Field(
+        1.0, gt=0, le=1
+    )  # keep this share of each class of each split (seeded), for small-scale runs
     # sha256 of the loaded data set, recorded by the run; given, the data must match it (so another root may be used)
     checksum: Optional[str] = None
 
@@ -48,7 +51,9 @@ class PartitionSection(Section):
     # does this, e.g. 100 clients x 600 on CIFAR-10's 50,000); false: an error names the class that ran out
     reuse_samples: bool = False
     test_fraction: float = Field(0.25, gt=0, lt=1)  # protocol pfllib
-    test_per_client: Optional[int] = Field(None, ge=1)  # protocol official-test; None keeps the official train/test ratio
+    test_per_client: Optional[int] = Field(
+        None, ge=1
+    )  # protocol official-test; None keeps the official train/test ratio
 
 
 class ModelSection(Section):
@@ -94,6 +99,7 @@ class EvalSection(Section):
 class ProxySection(Section):
     """Server-side data (HEART-PFL, PerAda): a split held out from the training data before partitioning is the
     server's validation set and, unless `dataset` names another data set (out-of-domain), its proxy set."""
+
     holdout: float = Field(0.0, ge=0, lt=1)  # fraction held out per class; 0 = no server data (HEART code: 0.1)
     dataset: str = ""  # out-of-domain proxy: this data set's training split; "" = the held-out split
     options: dict[str, Any] = Field(default_factory=dict)  # load options of the out-of-domain data set
@@ -127,7 +133,9 @@ class RunSection(Section):
     # without the batchable form (`pfedkit methods` says which) always go one client at a time
     cohort: Literal["auto", "on", "off"] = "auto"
     cohort_size: int = Field(0, ge=0)  # clients trained together at most (memory); 0 = all the round's clients
-    ray_address: str = ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
+    ray_address: str = (
+        ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
+    )
     # trackers that also get every round's metrics, the config and the curves (optional extras: pip install -e
     # ".[tracking]"); W&B runs offline, into the run folder, unless you are logged in (`wandb login`)
     log_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
@@ -188,8 +196,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set train.lr=0.01")
     if "\n" in text or "\r" in text:  # TOML would read the first line and drop the rest without a word
-        raise ConfigError(f"--set {text!r}: a value spans several lines; give it on one line (a TOML array or inline "
-                          "table on one line, e.g. --set 'model.options={stem = \"cifar\"}')")
+        raise ConfigError(
+            f"--set {text!r}: a value spans several lines; give it on one line (a TOML array or inline "
+            "table on one line, e.g. --set 'model.options={stem = \"cifar\"}')"
+        )
     key, value = text.split("=", 1)
     path = key.strip().split(".")
     if len(path) < 2 or path[0] not in SECTIONS:
@@ -260,9 +270,22 @@ def dump_toml(data: dict[str, Any]) -> str:
 
 # Keys that say where files are or how a run is carried out, not what it computes: a run may change them and stay
 # the same run (the data themselves are checked by data.checksum).
-PLACEMENT_KEYS = ("data.root", "data.checksum", "model.options.pretrained", "run.workers", "run.checkpoint_every",
-                  "run.backend", "run.ray_address", "run.state_memory_mb", "run.reply_memory_mb",
-                  "run.gpus_per_worker", "run.log_to", "run.cohort", "run.cohort_size", "method.module")
+PLACEMENT_KEYS = (
+    "data.root",
+    "data.checksum",
+    "model.options.pretrained",
+    "run.workers",
+    "run.checkpoint_every",
+    "run.backend",
+    "run.ray_address",
+    "run.state_memory_mb",
+    "run.reply_memory_mb",
+    "run.gpus_per_worker",
+    "run.log_to",
+    "run.cohort",
+    "run.cohort_size",
+    "method.module",
+)
 
 
 def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -279,8 +302,11 @@ def flat(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def config_differences(old: Config, new: Config, ignore: tuple[str, ...] = PLACEMENT_KEYS) -> list[str]:
     """What differs between two configs ("key: old -> new"), leaving out the `ignore` keys."""
     a, b = flat(old.to_dict()), flat(new.to_dict())
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys())
-            if k not in ignore and a.get(k) != b.get(k)]
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(a.keys() | b.keys())
+        if k not in ignore and a.get(k) != b.get(k)
+    ]
 
 
 CONFIG_HEADER = "# written by pfedkit: this run's resolved configuration (`pfedkit run` this file to repeat the run)\n"

@@ -1,4 +1,5 @@
 """Files as results are written and read: atomic writes (a reader sees the old file or the new one, never half) and CSV."""
+
 from __future__ import annotations
 
 import csv
@@ -42,8 +43,9 @@ STALE = re.compile(r"^\.(.+)\.[A-Za-z0-9_]{8}$")  # the temporary name atomic_wr
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:
     """Temporary files a killed write left under `folder` (a run folder its run holds the lock of); removed."""
-    stale = [p for p in Path(folder).rglob(".*") if p.is_file() and STALE.match(p.name)
-             and not p.name.startswith(".pfedkit")]
+    stale = [
+        p for p in Path(folder).rglob(".*") if p.is_file() and STALE.match(p.name) and not p.name.startswith(".pfedkit")
+    ]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
@@ -56,8 +58,10 @@ def read_json(path: Path, what: str = "file") -> Any:
     try:
         return json.loads(Path(path).read_text())
     except (ValueError, UnicodeDecodeError) as err:
-        raise PfedkitError(f"{what} {path} is damaged ({err}); delete it (a run folder's summary.json is written "
-                           "again when the run is resumed with --resume) or restore it") from None
+        raise PfedkitError(
+            f"{what} {path} is damaged ({err}); delete it (a run folder's summary.json is written "
+            "again when the run is resumed with --resume) or restore it"
+        ) from None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

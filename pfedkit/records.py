@@ -1,5 +1,6 @@
 """The records every layer shares: messages and state, a client's and the server's data, training settings, and the
 context a method is built with. Plain data, no behaviour: `data/` builds them, `methods/` consume them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ class ClientData:
 class ServerData:
     """Data only the server holds: a validation split (held out from the clients' training data) and the proxy
     set for server-side distillation (that same split when in-domain, another data set when out-of-domain)."""
+
     val_x: torch.Tensor
     val_y: torch.Tensor
     proxy_x: torch.Tensor

@@ -1,5 +1,6 @@
 """Names -> methods, models, datasets; unknown names fail with the valid choices. A config is complete here: its
 names checked, its method's hyper-parameters validated, and the method built from it."""
+
 from __future__ import annotations
 
 import functools
@@ -10,8 +11,16 @@ from typing import Any, Optional
 
 import torch
 
-from pfedkit.config import (PLACEMENT_KEYS, Config, MethodSection, apply_overrides, config_differences, parse_config,
-                            read_toml, training_seed)
+from pfedkit.config import (
+    PLACEMENT_KEYS,
+    Config,
+    MethodSection,
+    apply_overrides,
+    config_differences,
+    parse_config,
+    read_toml,
+    training_seed,
+)
 from pfedkit.data.sources import DATASET_NAMES
 from pfedkit.errors import ConfigError
 from pfedkit.methods import METHODS
@@ -41,9 +50,10 @@ def method_class(name: str, module: Optional[str] = None) -> type[Method]:
     if name not in METHODS:
         raise ConfigError(
             f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}. A method of your "
-            "own: set `method.module` to the module that registers it (\"my_package.my_method\", or the path of its "
+            'own: set `method.module` to the module that registers it ("my_package.my_method", or the path of its '
             f".py file), or install a package that declares it in the {ENTRY_POINTS!r} entry-point group "
-            "(docs/writing-a-method.md)")
+            "(docs/writing-a-method.md)"
+        )
     return METHODS[name]
 
 
@@ -54,8 +64,10 @@ def import_method_module(spec: str) -> None:
     if spec.endswith(".py"):
         path = Path(spec).expanduser()
         if not path.is_file():
-            raise ConfigError(f"method.module = {spec!r}: there is no such file; give the path of the .py file that "
-                              "registers the method, or an importable module name")
+            raise ConfigError(
+                f"method.module = {spec!r}: there is no such file; give the path of the .py file that "
+                "registers the method, or an importable module name"
+            )
         folder = str(path.resolve().parent)
         if folder not in sys.path:
             sys.path.insert(0, folder)
@@ -63,15 +75,21 @@ def import_method_module(spec: str) -> None:
     try:
         importlib.import_module(name)
     except ImportError as err:
-        raise ConfigError(f"method.module = {spec!r} cannot be imported ({err}); put its folder on PYTHONPATH, install "
-                          "its package, or give the path of its .py file") from None
+        raise ConfigError(
+            f"method.module = {spec!r} cannot be imported ({err}); put its folder on PYTHONPATH, install "
+            "its package, or give the path of its .py file"
+        ) from None
 
 
 def check_names(config: Config) -> None:
     if config.data.dataset not in DATASET_NAMES:
-        raise ConfigError(f"unknown dataset {config.data.dataset!r} in `data.dataset`; choose one of: {', '.join(DATASET_NAMES)}")
+        raise ConfigError(
+            f"unknown dataset {config.data.dataset!r} in `data.dataset`; choose one of: {', '.join(DATASET_NAMES)}"
+        )
     if config.model.name not in MODEL_NAMES:
-        raise ConfigError(f"unknown model {config.model.name!r} in `model.name`; choose one of: {', '.join(MODEL_NAMES)}")
+        raise ConfigError(
+            f"unknown model {config.model.name!r} in `model.name`; choose one of: {', '.join(MODEL_NAMES)}"
+        )
     method_class(config.method.name, config.method.module)
 
 
@@ -118,8 +136,9 @@ def run_differences(old: Config, new: Config) -> list[str]:
     """What makes two configs different runs ("key: old -> new"): a hyper-parameter left at its default and one
     stated at that default are the same run, and so are two values of one the others leave unused. (Unused in
     one config and used in the other means a key it depends on differs, and that difference is reported.)"""
-    return config_differences(with_method_values(old), with_method_values(new),
-                              ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new))
+    return config_differences(
+        with_method_values(old), with_method_values(new), ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new)
+    )
 
 
 def run_identity(config: Config) -> str:
@@ -157,13 +176,20 @@ def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.
     return model.to(device)
 
 
-def build_method(config: Config, input_shape: tuple[int, ...], num_classes: int,
-                 server: Optional[ServerData] = None) -> Method:
+def build_method(
+    config: Config, input_shape: tuple[int, ...], num_classes: int, server: Optional[ServerData] = None
+) -> Method:
     """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
     cls = method_class(config.method.name)
     params = cls.validate_params(config.method_params())
-    factory = functools.partial(build_model_on, torch.device(config.run.device), config.model.name, tuple(input_shape),
-                                num_classes, **config.model.options)
+    factory = functools.partial(
+        build_model_on,
+        torch.device(config.run.device),
+        config.model.name,
+        tuple(input_shape),
+        num_classes,
+        **config.model.options,
+    )
     train = TrainSettings(
         local_epochs=config.train.local_epochs,
         batch_size=config.train.batch_size,

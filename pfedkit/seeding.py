@@ -1,4 +1,5 @@
 """Random generators derived from (seed, round, client id, purpose), so results never depend on order."""
+
 from __future__ import annotations
 
 import zlib

@@ -1,5 +1,6 @@
 """Run tracking (`run.log_to`): every round's metrics row, the resolved config and the curves in TensorBoard and
 Weights & Biases. Both are optional extras, imported only when a run asks for them."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,14 +16,17 @@ EXTRA = 'pip install -e ".[tracking]"'
 
 
 def missing(tracker: str, package: str) -> ConfigError:
-    return ConfigError(f"run.log_to names {tracker}, but {package} is not installed: {EXTRA} (or pip install {package}), "
-                       f"or take {tracker} out of run.log_to")
+    return ConfigError(
+        f"run.log_to names {tracker}, but {package} is not installed: {EXTRA} (or pip install {package}), "
+        f"or take {tracker} out of run.log_to"
+    )
 
 
 def numbers(row: dict[str, Any]) -> dict[str, float]:
     """A metrics row's measured values (round is the step; empty cells, e.g. an unevaluated round, are left out)."""
-    return {k: float(v) for k, v in row.items()
-            if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v) for k, v in row.items() if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def hyper_parameters(config: Config) -> dict[str, Any]:
@@ -73,9 +77,16 @@ class WandbLog:
             id_file.write_text(uuid.uuid4().hex[:16])
         mode = os.environ.get("WANDB_MODE") or ("online" if wandb.login(prompt=False) else "offline")
         self.wandb = wandb
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "pfedkit"), dir=str(out), mode=mode,
-                              id=id_file.read_text().strip(), resume="allow", name=f"{config.method.name}/{out.name}",
-                              config=hyper_parameters(config), reinit="finish_previous")
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "pfedkit"),
+            dir=str(out),
+            mode=mode,
+            id=id_file.read_text().strip(),
+            resume="allow",
+            name=f"{config.method.name}/{out.name}",
+            config=hyper_parameters(config),
+            reinit="finish_previous",
+        )
 
     def log(self, row: dict[str, Any]) -> None:
         self.run.log(numbers(row), step=row["round"])

@@ -4,6 +4,7 @@ the test split; the best config written as a TOML file `pfedkit run` takes, then
 
 The study lives in <out>/study.db (SQLite), so an interrupted tune resumes: a trial cut off mid-run is tried again
 with the same values, and its run folder (named by those values) continues from its last checkpoint."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,12 +42,15 @@ def searched_space(method: str, names: Sequence[str] = ()) -> dict[str, dict[str
     space = search_space(method_class(method).Params)
     if not space:
         declared = sorted(m for m, cls in _methods().items() if search_space(cls.Params))
-        raise ConfigError(f"method {method!r} declares no search range for its hyper-parameters; methods that do: "
-                          f"{', '.join(declared)} (a range is declared beside the default: methods.base.searched)")
+        raise ConfigError(
+            f"method {method!r} declares no search range for its hyper-parameters; methods that do: "
+            f"{', '.join(declared)} (a range is declared beside the default: methods.base.searched)"
+        )
     unknown = [n for n in names if n not in space]
     if unknown:
-        raise ConfigError(f"--params {', '.join(unknown)}: {method} declares a search range only for "
-                          f"{', '.join(space)}")
+        raise ConfigError(
+            f"--params {', '.join(unknown)}: {method} declares a search range only for {', '.join(space)}"
+        )
     return {n: space[n] for n in names} if names else space
 
 
@@ -80,20 +84,36 @@ class Tuner:
     finished (complete, pruned or diverged) in all, each scored by its mean validation accuracy over the last `last_k`
     evaluated rounds."""
 
-    def __init__(self, config: Config, out: Path, *, trials: int, validation: float = 0.2,
-                 params: Sequence[str] = (), last_k: int = 5, progress: bool = True):
+    def __init__(
+        self,
+        config: Config,
+        out: Path,
+        *,
+        trials: int,
+        validation: float = 0.2,
+        params: Sequence[str] = (),
+        last_k: int = 5,
+        progress: bool = True,
+    ):
         if trials < 1:
             raise ConfigError(f"--trials {trials}: ask for at least one trial")
         if not 0 < validation < 1:
-            raise ConfigError(f"--validation {validation}: the validation share of each client's training data is "
-                              "between 0 and 1, e.g. 0.2")
+            raise ConfigError(
+                f"--validation {validation}: the validation share of each client's training data is "
+                "between 0 and 1, e.g. 0.2"
+            )
         self.optuna = optuna_module()
         self.config, self.out, self.trials, self.last_k, self.progress = config, Path(out), trials, last_k, progress
         self.validation = validation
         self.space = searched_space(config.method.name, params)
         where = set(PLACEMENT_KEYS)  # where the data and workers are may change between sittings
-        self.setup = {"method": config.method.name, "space": self.space, "validation": validation, "last_k": last_k,
-                      "config": {k: v for k, v in flat(config.to_dict()).items() if k not in where and v is not None}}
+        self.setup = {
+            "method": config.method.name,
+            "space": self.space,
+            "validation": validation,
+            "last_k": last_k,
+            "config": {k: v for k, v in flat(config.to_dict()).items() if k not in where and v is not None},
+        }
 
     # -- the study ------------------------------------------------------------------------------------------------
     def check_setup(self) -> None:
@@ -102,8 +122,10 @@ class Tuner:
         if saved.exists():
             old = read_toml(saved)
             if json.loads(json.dumps(old)) != json.loads(json.dumps(self.setup, default=str)):
-                raise ConfigError(f"{self.out} holds a tune of another setup (method, ranges, validation share, "
-                                  "last-k or config differ); resume with the same arguments or pass another --out")
+                raise ConfigError(
+                    f"{self.out} holds a tune of another setup (method, ranges, validation share, "
+                    "last-k or config differ); resume with the same arguments or pass another --out"
+                )
         else:
             self.out.mkdir(parents=True, exist_ok=True)
             atomic_write_text(saved, dump_toml(json.loads(json.dumps(self.setup, default=str))))
@@ -112,9 +134,13 @@ class Tuner:
         optuna = self.optuna
         rounds = self.config.train.rounds
         study = optuna.create_study(
-            study_name=STUDY, storage=f"sqlite:///{self.out / 'study.db'}", load_if_exists=True, direction="maximize",
+            study_name=STUDY,
+            storage=f"sqlite:///{self.out / 'study.db'}",
+            load_if_exists=True,
+            direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=self.config.run.seed),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=max(1, rounds // 4)))
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=max(1, rounds // 4)),
+        )
         # a resumed sampler seeded as at the start would draw the values of the first trials again
         study.sampler = optuna.samplers.TPESampler(seed=self.config.run.seed + len(study.trials))
         if not study.trials:  # the method's own defaults are trial 0: a tuned value has to beat them on validation
@@ -127,8 +153,10 @@ class Tuner:
 
     def finished(self, study) -> int:
         states = self.optuna.trial.TrialState
-        return sum(t.state in (states.COMPLETE, states.PRUNED) or "diverged" in t.user_attrs
-                   for t in study.get_trials(deepcopy=False))
+        return sum(
+            t.state in (states.COMPLETE, states.PRUNED) or "diverged" in t.user_attrs
+            for t in study.get_trials(deepcopy=False)
+        )
 
     # -- one trial ------------------------------------------------------------------------------------------------
     def suggest(self, trial) -> dict[str, Any]:
@@ -156,8 +184,13 @@ class Tuner:
                     raise self.optuna.TrialPruned(f"round {row['round']}: below the median of earlier trials")
 
         try:
-            run_experiment(self.trial_config(values), run_dir, resume=(run_dir / "config.toml").exists(),
-                           progress=False, observers=[report])
+            run_experiment(
+                self.trial_config(values),
+                run_dir,
+                resume=(run_dir / "config.toml").exists(),
+                progress=False,
+                observers=[report],
+            )
         except Diverged as err:
             trial.set_user_attr("diverged", str(err).splitlines()[0])
             return math.nan  # a failed trial to Optuna, counted as finished here
@@ -170,12 +203,20 @@ class Tuner:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise ConfigError(f"{self.out} is being tuned by another process; wait for it or pass another --out") from None
+            raise ConfigError(
+                f"{self.out} is being tuned by another process; wait for it or pass another --out"
+            ) from None
         try:
             self.check_setup()
             study = self.study()
-            bar = tqdm(total=self.trials, initial=min(self.finished(study), self.trials), unit="trial",
-                       desc=f"tune {self.config.method.name}", disable=not self.progress, dynamic_ncols=True)
+            bar = tqdm(
+                total=self.trials,
+                initial=min(self.finished(study), self.trials),
+                unit="trial",
+                desc=f"tune {self.config.method.name}",
+                disable=not self.progress,
+                dynamic_ncols=True,
+            )
             while self.finished(study) < self.trials:
                 study.optimize(self.objective, n_trials=1)
                 bar.update(1)
@@ -190,25 +231,39 @@ class Tuner:
     def report(self, study, test_seeds: Sequence[int]) -> dict[str, Any]:
         best = _best(study)
         if best is None:
-            raise ConfigError(f"no trial of {self.out} finished with a score (every one diverged); narrow the ranges "
-                              "or lower train.lr")
+            raise ConfigError(
+                f"no trial of {self.out} finished with a score (every one diverged); narrow the ranges "
+                "or lower train.lr"
+            )
         tuned = {n: best.params[n] for n in self.space}
         defaults = defaults_of(self.config.method.name, list(self.space))
         best_config = with_values(self.config, tuned)
-        atomic_write_text(self.out / "best.toml", f"# pfedkit tune: {self.config.method.name}'s best of "
-                          f"{len(study.trials)} trials on a {self.validation:g} validation split (seed "
-                          f"{self.config.run.seed}), mean of the last {self.last_k} evaluations "
-                          f"{best.value:.4f}\n" + dump_toml(best_config.to_dict()))
+        atomic_write_text(
+            self.out / "best.toml",
+            f"# pfedkit tune: {self.config.method.name}'s best of "
+            f"{len(study.trials)} trials on a {self.validation:g} validation split (seed "
+            f"{self.config.run.seed}), mean of the last {self.last_k} evaluations "
+            f"{best.value:.4f}\n" + dump_toml(best_config.to_dict()),
+        )
         rows = trial_rows(study, self.space)
         atomic_write_csv(self.out / "trials.csv", rows, list(rows[0]))
         plot_search(rows, self.space, self.out / "search.png", f"tune {self.config.method.name}")
         cfg = self.config
-        tuned_on = (f"{cfg.data.dataset} ({cfg.data.fraction:g} of it), {cfg.partition.clients} clients, "
-                    f"{cfg.partition.scheme}, {cfg.train.rounds} rounds, seed {cfg.run.seed}: a {self.validation:g} "
-                    f"validation split, {len(rows)} trials")
-        result = {"method": self.config.method.name, "tuned": tuned, "defaults": defaults, "tuned_on": tuned_on,
-                  "validation_tuned": best.value, "validation_defaults": _defaults_score(study),
-                  "trials": len(rows), "test": {}}
+        tuned_on = (
+            f"{cfg.data.dataset} ({cfg.data.fraction:g} of it), {cfg.partition.clients} clients, "
+            f"{cfg.partition.scheme}, {cfg.train.rounds} rounds, seed {cfg.run.seed}: a {self.validation:g} "
+            f"validation split, {len(rows)} trials"
+        )
+        result = {
+            "method": self.config.method.name,
+            "tuned": tuned,
+            "defaults": defaults,
+            "tuned_on": tuned_on,
+            "validation_tuned": best.value,
+            "validation_defaults": _defaults_score(study),
+            "trials": len(rows),
+            "test": {},
+        }
         for label, values in (("tuned", tuned), ("defaults", defaults)):
             if label == "defaults" and values == tuned:  # the defaults won: their test runs are the tuned ones
                 result["test"]["defaults"] = result["test"].get("tuned", [])
@@ -247,11 +302,18 @@ def trial_rows(study, space: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         state = "diverged" if "diverged" in t.user_attrs else t.state.name.lower()
         last = max(t.intermediate_values, default=None)
-        rows.append({"trial": t.number, "state": state, **{n: t.params.get(n) for n in space},
-                     "validation_acc": t.value if scored(t) else None,
-                     "acc_when_stopped": t.intermediate_values.get(last) if t.state.name == "PRUNED" else None,
-                     "rounds_run": last, "defaults": bool(t.user_attrs.get("defaults")),
-                     "run_dir": t.user_attrs.get("run_dir", "")})
+        rows.append(
+            {
+                "trial": t.number,
+                "state": state,
+                **{n: t.params.get(n) for n in space},
+                "validation_acc": t.value if scored(t) else None,
+                "acc_when_stopped": t.intermediate_values.get(last) if t.state.name == "PRUNED" else None,
+                "rounds_run": last,
+                "defaults": bool(t.user_attrs.get("defaults")),
+                "run_dir": t.user_attrs.get("run_dir", ""),
+            }
+        )
     return rows
 
 
@@ -300,14 +362,21 @@ def tune_table(result: dict[str, Any], last_k: int, validation: float) -> str:
         return f"{100 * mean:.2f} ({len(values)} seed{'s' if len(values) > 1 else ''})"
 
     names = list(result["tuned"])
-    lines = [f"# pfedkit tune: {result['method']}", "",
-             f"{result['trials']} trials; validation: a {validation:g} share of each client's training data; accuracy is "
-             f"the mean of the last {last_k} evaluations; test: the best values re-run on the test split, trained on "
-             "all of each client's training data.", "",
-             "| | " + " | ".join(names) + " | validation acc | test acc |",
-             "|---|" + "---|" * (len(names) + 2)]
+    lines = [
+        f"# pfedkit tune: {result['method']}",
+        "",
+        f"{result['trials']} trials; validation: a {validation:g} share of each client's training data; accuracy is "
+        f"the mean of the last {last_k} evaluations; test: the best values re-run on the test split, trained on "
+        "all of each client's training data.",
+        "",
+        "| | " + " | ".join(names) + " | validation acc | test acc |",
+        "|---|" + "---|" * (len(names) + 2),
+    ]
     for label, key in (("defaults", "validation_defaults"), ("tuned", "validation_tuned")):
         values = result[label]
-        lines.append(f"| {label} | " + " | ".join(f"{values[n]:.4g}" if isinstance(values[n], float) else str(values[n])
-                                                   for n in names) + f" | {acc(result[key])} | {test(label)} |")
+        lines.append(
+            f"| {label} | "
+            + " | ".join(f"{values[n]:.4g}" if isinstance(values[n], float) else str(values[n]) for n in names)
+            + f" | {acc(result[key])} | {test(label)} |"
+        )
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny split model and client data small enough to check updates by hand."""
+
 from __future__ import annotations
 
 from pathlib import Path

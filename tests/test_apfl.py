@@ -1,4 +1,5 @@
 """APFL: two local steps equal the paper's update written out by hand (no stale or doubled gradients)."""
+
 from __future__ import annotations
 
 import torch

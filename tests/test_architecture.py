@@ -1,5 +1,6 @@
 """The package's layering (pyproject.toml, [tool.importlinter]) holds: no import runs up a layer, no import cycle
 between layers, the core never imports Flower or Ray, and only the tuner and run tracking import their extras."""
+
 from __future__ import annotations
 
 import shutil

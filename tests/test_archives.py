@@ -1,4 +1,5 @@
 """CIFAR-10 and CIFAR-100 from the shared image-archive copies: read from the .tar.gz, verified, cached."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,6 +32,7 @@ def make_archive(root: Path, name: str, per_class: int = 2, fmt: str = "png") ->
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / spec.file
     with tarfile.open(path, "w:gz") as tar:
+
         def add(member: str, data: bytes) -> None:
             info = tarfile.TarInfo(member)
             info.size = len(data)
@@ -53,9 +55,11 @@ def tiny(tmp_path, monkeypatch):
 
     def build(name: str) -> Path:
         path = make_archive(tmp_path / "data", name)
-        monkeypatch.setitem(archives.ARCHIVES, name,
-                            dataclasses.replace(archives.ARCHIVES[name], sha256=archives.file_sha256(path)))
+        monkeypatch.setitem(
+            archives.ARCHIVES, name, dataclasses.replace(archives.ARCHIVES[name], sha256=archives.file_sha256(path))
+        )
         return path
+
     return build
 
 
@@ -64,7 +68,12 @@ def test_the_reader_gives_labels_in_cifar_order_shapes_and_values(tiny, tmp_path
     tiny(name)
     source = load_dataset(name, tmp_path / "data")
     assert source.num_classes == classes and source.origin == archives.ARCHIVES[name].description
-    assert tuple(source.train_x.shape) == (2 * classes, 3, 32, 32) and tuple(source.test_x.shape) == (classes, 3, 32, 32)
+    assert tuple(source.train_x.shape) == (2 * classes, 3, 32, 32) and tuple(source.test_x.shape) == (
+        classes,
+        3,
+        32,
+        32,
+    )
     assert source.train_y.tolist() == [k for k in range(classes) for _ in range(2)]
     pixels = ((source.train_x[:, :, 0, 0] * 0.5 + 0.5) * 255).round().long()  # back from the normalized values
     expected = [colour(k, i) for k in range(classes) for i in range(2)]
@@ -105,7 +114,9 @@ def test_the_cache_serves_the_second_load_and_a_damaged_cache_is_rebuilt(tiny, t
 
 
 def test_no_copy_and_no_official_files_names_both(tmp_path):
-    with pytest.raises(DataError, match=r"missing file .*data_batch_1.*or put the CIFAR-10, JPEG copy at .*cifar10-jpeg.tar.gz"):
+    with pytest.raises(
+        DataError, match=r"missing file .*data_batch_1.*or put the CIFAR-10, JPEG copy at .*cifar10-jpeg.tar.gz"
+    ):
         load_dataset("cifar10", tmp_path)
 
 
@@ -132,10 +143,16 @@ def test_a_run_on_a_copy_names_it_and_its_checksum_in_summary_json(tiny, tmp_pat
     from pfedkit.registry import build_config
 
     tiny("cifar10")
-    config = build_config({"data": {"dataset": "cifar10", "root": str(tmp_path / "data")},
-                           "partition": {"scheme": "iid", "clients": 2, "min_samples": 1},
-                           "model": {"name": "mlp", "options": {"hidden": 8}}, "method": {"name": "fedavg"},
-                           "train": {"rounds": 1, "batch_size": 4}, "run": {"workers": 1}})
+    config = build_config(
+        {
+            "data": {"dataset": "cifar10", "root": str(tmp_path / "data")},
+            "partition": {"scheme": "iid", "clients": 2, "min_samples": 1},
+            "model": {"name": "mlp", "options": {"hidden": 8}},
+            "method": {"name": "fedavg"},
+            "train": {"rounds": 1, "batch_size": 4},
+            "run": {"workers": 1},
+        }
+    )
     summary = simulate(config, tmp_path / "run", progress=False)
     assert summary["data_origin"] == "CIFAR-10, JPEG copy"
     assert summary["data_file_sha256"] == archives.ARCHIVES["cifar10"].sha256  # the tiny archive's, registered above

@@ -1,4 +1,5 @@
 """train.augment = "crop-flip": FedPAC's CIFAR augmentation, seeded, on training batches only."""
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,8 @@ def test_crop_flip_equals_padding_cropping_and_mirroring_by_hand():
     flip = torch.rand(2, generator=draws) < 0.5
     for i in range(2):
         canvas = torch.full((3, 6 + 2 * PAD, 6 + 2 * PAD), BLACK)
-        canvas[:, PAD:PAD + 6, PAD:PAD + 6] = x[i]
-        crop = canvas[:, dy[i]:dy[i] + 6, dx[i]:dx[i] + 6]
+        canvas[:, PAD : PAD + 6, PAD : PAD + 6] = x[i]
+        crop = canvas[:, dy[i] : dy[i] + 6, dx[i] : dx[i] + 6]
         assert torch.equal(got[i], crop.flip(-1) if flip[i] else crop)
     assert got.shape == x.shape
 
@@ -43,8 +44,14 @@ def test_batches_are_augmented_only_when_asked_and_in_the_same_order():
 
 
 def test_flat_inputs_are_never_augmented():
-    data = ClientData(0, torch.randn(8, 4), torch.zeros(8, dtype=torch.long), torch.randn(2, 4),
-                      torch.zeros(2, dtype=torch.long), num_classes=2)
+    data = ClientData(
+        0,
+        torch.randn(8, 4),
+        torch.zeros(8, dtype=torch.long),
+        torch.randn(2, 4),
+        torch.zeros(2, dtype=torch.long),
+        num_classes=2,
+    )
     plain = list(make("fedavg").minibatches(data, 0, "train"))
     augmented = list(make("fedavg", augment="crop-flip").minibatches(data, 0, "train"))
     assert all(torch.equal(p[0], a[0]) for p, a in zip(plain, augmented))
@@ -53,5 +60,7 @@ def test_flat_inputs_are_never_augmented():
 def test_the_config_reaches_every_method():
     from pfedkit.registry import build_config, build_method
 
-    config = build_config({"data": {"dataset": "digits"}, "method": {"name": "fedafk"}, "train": {"augment": "crop-flip"}})
+    config = build_config(
+        {"data": {"dataset": "digits"}, "method": {"name": "fedafk"}, "train": {"augment": "crop-flip"}}
+    )
     assert build_method(config, (1, 8, 8), 10).ctx.train.augment == "crop-flip"

@@ -1,4 +1,5 @@
 """The papers' further baselines, each checked for what makes it itself on a tiny model, by hand."""
+
 from __future__ import annotations
 
 import torch
@@ -55,7 +56,10 @@ def test_fedrod_generic_head_sees_the_balanced_softmax_and_the_personal_head_det
     expected = sgd(w, F.cross_entropy(logits + counts.log(), data.train_y))
     for k in server:
         torch.testing.assert_close(reply[k], expected[k], atol=1e-6, rtol=0)
-    p = {"w": client["personal_head.weight"].clone().requires_grad_(), "b": client["personal_head.bias"].clone().requires_grad_()}
+    p = {
+        "w": client["personal_head.weight"].clone().requires_grad_(),
+        "b": client["personal_head.bias"].clone().requires_grad_(),
+    }
     loss = F.cross_entropy(logits.detach() + z.detach() @ p["w"].T + p["b"], data.train_y)
     gw, gb = torch.autograd.grad(loss, [p["w"], p["b"]])
     torch.testing.assert_close(after["personal_head.weight"], (p["w"] - LR * gw).detach(), atol=1e-6, rtol=0)
@@ -64,7 +68,9 @@ def test_fedrod_generic_head_sees_the_balanced_softmax_and_the_personal_head_det
     assert isinstance(model, TwoHeads)
     with torch.no_grad():
         zz, generic = forward(reply, data.test_x)
-        torch.testing.assert_close(model(data.test_x), generic + zz @ after["personal_head.weight"].T + after["personal_head.bias"])
+        torch.testing.assert_close(
+            model(data.test_x), generic + zz @ after["personal_head.weight"].T + after["personal_head.bias"]
+        )
     assert not any(k.startswith("personal") for k in reply)  # the personal head never travels
 
 
@@ -94,7 +100,9 @@ def test_fedala_mixes_higher_layers_by_learned_weights_and_takes_lower_layers_fr
     for k in start:
         expected_w = (start[k] - 2.0 * grads[k] * (server[k] - local[k])).clamp(0, 1)
         torch.testing.assert_close(extra["ala_weight." + k], expected_w, atol=1e-6, rtol=0)
-        torch.testing.assert_close(model.state_dict()[k], local[k] + (server[k] - local[k]) * expected_w, atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            model.state_dict()[k], local[k] + (server[k] - local[k]) * expected_w, atol=1e-6, rtol=0
+        )
     for k in ("body.0.weight", "body.0.bias"):
         assert torch.equal(model.state_dict()[k], server[k])
     assert bool(((extra["ala_weight.head.weight"] > 0) & (extra["ala_weight.head.weight"] < 1)).any())
@@ -103,26 +111,34 @@ def test_fedala_mixes_higher_layers_by_learned_weights_and_takes_lower_layers_fr
 def test_fedala_weights_stay_with_their_client_and_never_travel():
     method = make("fedala")
     server = method.init_server()
-    clients = {cid: {**method.init_client(cid, tiny_data(cid)), **{k: v + 0.3 * (cid + 1) for k, v in server.items()}}
-               for cid in (0, 1)}
+    clients = {
+        cid: {**method.init_client(cid, tiny_data(cid)), **{k: v + 0.3 * (cid + 1) for k, v in server.items()}}
+        for cid in (0, 1)
+    }
     replies, after = {}, {}
     for cid in (0, 1):
         replies[cid], after[cid] = method.local_update(server, clients[cid], tiny_data(cid), round=1)
         assert not any(k.startswith("ala_weight") for k in replies[cid])
         assert after[cid]["first_phase"] == 0  # the first phase ran, to its stop rule or cap, and is over
     assert not torch.equal(after[0]["ala_weight.head.weight"], after[1]["ala_weight.head.weight"])
-    again, _ = method.local_update(server, clients[0], tiny_data(0), round=1)  # client 1's update left client 0 as it was
+    again, _ = method.local_update(
+        server, clients[0], tiny_data(0), round=1
+    )  # client 1's update left client 0 as it was
     assert torch.equal(again["head.weight"], replies[0]["head.weight"])
 
 
 def test_pfedme_inner_problem_local_step_and_server_mixing_by_hand():
-    method = make("pfedme", params={"reg": 2.0, "inner_steps": 2, "personal_lr": 0.05, "beta": 0.5}, batch_size=8, lr=LR)
+    method = make(
+        "pfedme", params={"reg": 2.0, "inner_steps": 2, "personal_lr": 0.05, "beta": 0.5}, batch_size=8, lr=LR
+    )
     data, server = tiny_data(n=8), method.init_server()
     reply, personal = method.local_update(server, method.init_client(0, data), data, round=0)
     theta = {k: v.clone() for k, v in server.items()}
     for _ in range(2):  # K inner steps on CE + lambda/2 ||theta - w||^2 from theta = w
         t = leaf(theta)
-        loss = F.cross_entropy(forward(t, data.train_x)[1], data.train_y) + 1.0 * sum((t[k] - server[k]).pow(2).sum() for k in t)
+        loss = F.cross_entropy(forward(t, data.train_x)[1], data.train_y) + 1.0 * sum(
+            (t[k] - server[k]).pow(2).sum() for k in t
+        )
         grads = torch.autograd.grad(loss, list(t.values()))
         theta = {k: (v - 0.05 * g).detach() for (k, v), g in zip(t.items(), grads)}
     for k in server:
@@ -137,7 +153,14 @@ def test_pfedme_inner_problem_local_step_and_server_mixing_by_hand():
 def per_fedavg_by_hand(server, data, order, variant, alpha, beta, delta=1e-3):
     def grad(params, idx):
         p = leaf(params)
-        return dict(zip(p, torch.autograd.grad(F.cross_entropy(forward(p, data.train_x[idx])[1], data.train_y[idx]), list(p.values()))))
+        return dict(
+            zip(
+                p,
+                torch.autograd.grad(
+                    F.cross_entropy(forward(p, data.train_x[idx])[1], data.train_y[idx]), list(p.values())
+                ),
+            )
+        )
 
     b1, b2, b3 = order[:4], order[4:8], order[8:12]
     inner = {k: v - alpha * g for (k, v), g in zip(server.items(), grad(server, b1).values())}

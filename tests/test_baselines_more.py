@@ -1,4 +1,5 @@
 """More of the papers' baselines (FedAMP, FedFomo, FedPHP, kNN-Per, pFedHN, FedProto-per), each checked by hand."""
+
 from __future__ import annotations
 
 import math
@@ -86,7 +87,11 @@ def test_fedfomo_weights_by_hand_and_a_model_that_worsens_validation_loss_gets_w
         assert got == pytest.approx((base - val_loss_by_hand(other, vx, vy)) / gap, rel=1e-5)
     assert weights[0] > 0 and weights[2] > 0 and weights[1] < 0
     moved = method.federate(own, downloaded, weights)
-    share = [float(weights[0]) / float(weights[0] + weights[2]), 0.0, float(weights[2]) / float(weights[0] + weights[2])]
+    share = [
+        float(weights[0]) / float(weights[0] + weights[2]),
+        0.0,
+        float(weights[2]) / float(weights[0] + weights[2]),
+    ]
     for k in own:
         expected = own[k] + sum(s * (m[k] - own[k]) for s, m in zip(share, downloaded))
         torch.testing.assert_close(moved[k], expected, atol=1e-6, rtol=0)
@@ -99,11 +104,16 @@ def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
     server = method.init_server()
     replies = {}
     for cid in range(4):
-        reply, _ = method.local_update(method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid, n=10)),
-                                       tiny_data(cid, n=10), round=0)
+        reply, _ = method.local_update(
+            method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid, n=10)), tiny_data(cid, n=10), round=0
+        )
         assert reply["fomo_ids"].numel() == 0  # nothing stored yet in round 0
         replies[cid] = reply
-    replies[0] = {**replies[0], "fomo_ids": torch.tensor([3, 1]), "fomo_weights": torch.tensor([0.7, -0.2], dtype=torch.float64)}
+    replies[0] = {
+        **replies[0],
+        "fomo_ids": torch.tensor([3, 1]),
+        "fomo_weights": torch.tensor([0.7, -0.2], dtype=torch.float64),
+    }
     server = method.aggregate(server, replies, 0)
     assert server["affinity"][0, 3] == pytest.approx(0.7) and server["affinity"][0, 1] == pytest.approx(-0.2)
     payload = method.payload(server, 1, 0)
@@ -111,7 +121,9 @@ def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
     assert torch.equal(payload["fomo.0.head.weight"], replies[3]["head.weight"])
     reply, after = method.local_update(payload, method.init_client(0, tiny_data(0, n=10)), tiny_data(0, n=10), 1)
     assert reply["fomo_weights"].shape == (2,)
-    assert torch.equal(method.personalized_model(after, payload, tiny_data(0), 2).state_dict()["head.weight"], after["head.weight"])
+    assert torch.equal(
+        method.personalized_model(after, payload, tiny_data(0), 2).state_dict()["head.weight"], after["head.weight"]
+    )
 
 
 def mmd_by_hand(a, b, kernels=5, mul=2.0):
@@ -119,11 +131,11 @@ def mmd_by_hand(a, b, kernels=5, mul=2.0):
     n = len(pooled)
     sq = [[float((u - v).pow(2).sum()) for v in pooled] for u in pooled]
     base = sum(sq[i][j] for i in range(n) for j in range(n) if i != j) / (n * n - n) / mul ** (kernels // 2)
-    k = lambda i, j: sum(math.exp(-sq[i][j] / (base * mul ** t)) for t in range(kernels))
+    k = lambda i, j: sum(math.exp(-sq[i][j] / (base * mul**t)) for t in range(kernels))
     m = len(a)
-    xx = sum(k(i, j) for i in range(m) for j in range(m)) / m ** 2
-    yy = sum(k(i, j) for i in range(m, n) for j in range(m, n)) / m ** 2
-    xy = sum(k(i, j) for i in range(m) for j in range(m, n)) / m ** 2
+    xx = sum(k(i, j) for i in range(m) for j in range(m)) / m**2
+    yy = sum(k(i, j) for i in range(m, n) for j in range(m, n)) / m**2
+    xy = sum(k(i, j) for i in range(m) for j in range(m, n)) / m**2
     return xx + yy - 2 * xy
 
 
@@ -165,7 +177,9 @@ def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
     local, late = method.local_update(server, {**hpm, "participations": 50}, data, round=60)
     for k in server:  # mu capped at 0.9
         torch.testing.assert_close(late[k], 0.9 * hpm[k] + 0.1 * local[k], atol=1e-6, rtol=0)
-    assert torch.equal(method.personalized_model(after, server, data, 5).state_dict()["head.weight"], after["head.weight"])  # the HPM is evaluated
+    assert torch.equal(
+        method.personalized_model(after, server, data, 5).state_dict()["head.weight"], after["head.weight"]
+    )  # the HPM is evaluated
     with pytest.raises(Exception, match="expected_participations"):
         make("fedphp")
 
@@ -257,7 +271,14 @@ def test_fedproto_per_trains_as_fedproto_and_evaluates_its_own_model_fine_tuned_
         torch.testing.assert_close(tuned(data.test_x), forward(expected, data.test_x)[1])  # predicts with its head
 
 
-ENGINE_RUNS = {"fedamp": {}, "fedfomo": {}, "fedphp": {"expected_participations": 4}, "knn-per": {}, "pfedhn": {"rounds": 12}, "fedproto-per": {}}  # the hypernetwork needs a few more rounds
+ENGINE_RUNS = {
+    "fedamp": {},
+    "fedfomo": {},
+    "fedphp": {"expected_participations": 4},
+    "knn-per": {},
+    "pfedhn": {"rounds": 12},
+    "fedproto-per": {},
+}  # the hypernetwork needs a few more rounds
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_RUNS))

@@ -1,5 +1,6 @@
 """The rules a claim's verdict follows (pfedkit.experiments.claims), one test each, on hand-made runs; and the
 generated claims table in docs/REPRODUCTION.md agrees with the committed runs and with its own prose."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,19 @@ def run(folder: Path, accs, *, rounds=None, after=None, config=None):
     folder.mkdir(parents=True)
     rows = [{"round": i, "acc": a, **({"acc_after": after[i]} if after else {})} for i, a in enumerate(accs)]
     atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc"] + (["acc_after"] if after else []))
-    (folder / "summary.json").write_text(json.dumps({"best_acc": max(accs), "last_acc": accs[-1],
-                                                     "rounds": rounds or len(accs) - 1,
-                                                     "eval_point": "both" if after else "start"}))
-    (folder / "config.toml").write_text(dump_toml(config or {"train": {"rounds": len(accs) - 1},
-                                                            "data": {"dataset": "cifar10", "fraction": 0.2}}))
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "best_acc": max(accs),
+                "last_acc": accs[-1],
+                "rounds": rounds or len(accs) - 1,
+                "eval_point": "both" if after else "start",
+            }
+        )
+    )
+    (folder / "config.toml").write_text(
+        dump_toml(config or {"train": {"rounds": len(accs) - 1}, "data": {"dataset": "cifar10", "fraction": 0.2}})
+    )
 
 
 def flat_run(folder: Path, value: float, n: int = 20, **kw):
@@ -50,11 +59,17 @@ def test_rule_2_rows_are_compared_only_at_equal_rounds_and_data(tmp_path):
     assert verdict.verdict == UNSURE and "data.fraction" in verdict.detail
     allowed = judge({**ABOVE, "differ_in": ["data.fraction"]}, Evidence(tmp_path, 5, floor=1.0))
     assert allowed.verdict == UNSURE and "data.dataset" in allowed.detail  # b's config lacks the data set a names
-    flat_run(tmp_path / "col" / "c" / "seed0", 0.5, config={"train": {"rounds": 19},
-                                                            "data": {"dataset": "cifar10", "fraction": 0.2}})
+    flat_run(
+        tmp_path / "col" / "c" / "seed0",
+        0.5,
+        config={"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}},
+    )
     assert judge({**ABOVE, "rows": ["a", "c"]}, Evidence(tmp_path, 5, floor=1.0)).verdict == HOLDS
-    flat_run(tmp_path / "col" / "d" / "seed0", 0.5, config={"train": {"rounds": 40},
-                                                            "data": {"dataset": "cifar10", "fraction": 0.2}})
+    flat_run(
+        tmp_path / "col" / "d" / "seed0",
+        0.5,
+        config={"train": {"rounds": 40}, "data": {"dataset": "cifar10", "fraction": 0.2}},
+    )
     longer = judge({**ABOVE, "rows": ["a", "d"]}, Evidence(tmp_path, 5, floor=1.0))
     assert longer.verdict == UNSURE and "train.rounds" in longer.detail  # a 40-round row against a 19-round one
     flat_run(tmp_path / "col" / "e" / "seed1", 0.5)  # no seed in common with a
@@ -90,7 +105,11 @@ def test_rule_4_a_verdict_is_at_most_cannot_tell_while_the_curve_that_could_clos
     run(tmp_path / "col" / "away" / "seed0", [0.60 + 0.01 * r for r in range(20)])  # ahead and rising away
     evidence = Evidence(tmp_path, 5, floor=0.1)
     closing = judge({"text": "flat above rising", "column": "col", "rows": ["flat", "rising"]}, evidence)
-    assert closing.verdict == UNSURE and "rising is still rising" in closing.detail and "provisional, holds" in closing.detail
+    assert (
+        closing.verdict == UNSURE
+        and "rising is still rising" in closing.detail
+        and "provisional, holds" in closing.detail
+    )
     assert judge({"text": "away above flat", "column": "col", "rows": ["away", "flat"]}, evidence).verdict == HOLDS
     short = judge({"text": "rising above flat", "column": "col", "rows": ["rising", "flat"]}, evidence)
     assert short.verdict == UNSURE  # behind, but the claimant is the one rising: the shortfall may close
@@ -106,8 +125,10 @@ def test_rule_5_a_claim_says_whether_it_judges_the_direction_or_the_papers_margi
     evidence = Evidence(tmp_path, 5, floor=0.1)
     direction = judge({"text": "above", "column": "col", "rows": ["heart", "perada"]}, evidence)
     assert (direction.verdict, direction.judges) == (UNSURE, "direction")
-    by_margin = judge({"kind": "margin", "text": "by 0.98", "column": "col", "row": "heart", "over": ["perada"],
-                       "at_least": 0.98}, evidence)
+    by_margin = judge(
+        {"kind": "margin", "text": "by 0.98", "column": "col", "row": "heart", "over": ["perada"], "at_least": 0.98},
+        evidence,
+    )
     assert (by_margin.verdict, by_margin.judges) == (FAILS, "margin of 0.98 points")
 
 

@@ -1,4 +1,5 @@
 """The command line: clear errors before training, the demo, compare and methods."""
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,9 @@ def test_compare_table_and_plot(tmp_path):
         '[partition]\nclients = 4\nbeta = 1.0\n[model]\nname = "mlp"\n'
         "[train]\nrounds = 2\nbatch_size = 16\nlr = 0.1\n[run]\nworkers = 1\n"
     )
-    result = invoke("compare", config, "--methods", "fedavg,fedper", "--seeds", "0,1", "--out", tmp_path / "cmp", "--quiet")
+    result = invoke(
+        "compare", config, "--methods", "fedavg,fedper", "--seeds", "0,1", "--out", tmp_path / "cmp", "--quiet"
+    )
     assert result.exit_code == 0, result.output
     table = (tmp_path / "cmp" / "table.md").read_text()
     assert "| fedavg |" in table and "| fedper |" in table and "±" in table and "pfllib" in table
@@ -69,8 +72,10 @@ def test_demo_runs_offline_and_writes_runnable_folders(tmp_path):
 
 def test_partition_prints_counts_and_writes_heatmap(tmp_path):
     config = tmp_path / "c.toml"
-    config.write_text('[data]\ndataset = "digits"\n[partition]\nscheme = "pathological"\nclients = 10\n'
-                      'classes_per_client = 2\n[model]\nname = "mlp"\n')
+    config.write_text(
+        '[data]\ndataset = "digits"\n[partition]\nscheme = "pathological"\nclients = 10\n'
+        'classes_per_client = 2\n[model]\nname = "mlp"\n'
+    )
     result = invoke("partition", config, "--plot", tmp_path / "p.png")
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines() if line.strip()[:1].isdigit()]
@@ -101,8 +106,9 @@ def test_curves_gives_block_means_last_k_and_best_of_a_run_still_training(tmp_pa
     run.mkdir()
     (run / "config.toml").write_text('[eval]\npoint = "both"\n')  # no summary yet: the config names the point
     accs = [0.10, 0.50, 0.60, 0.70, 0.90, 0.80]  # rounds 0..5
-    (run / "metrics.csv").write_text("round,acc,acc_after\n" + "".join(
-        f"{r},{a},{a / 2}\n" for r, a in enumerate(accs)))
+    (run / "metrics.csv").write_text(
+        "round,acc,acc_after\n" + "".join(f"{r},{a},{a / 2}\n" for r, a in enumerate(accs))
+    )
     result = invoke("curves", run, "--window", 2, "--last", 3)
     assert result.exit_code == 0, result.output
     header, _, row = result.output.splitlines()[:3]

@@ -1,4 +1,5 @@
 """Client state off the driver (run.client_state = "disk"): the same run, resumable, old versions pruned."""
+
 from __future__ import annotations
 
 import pytest

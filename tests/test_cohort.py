@@ -1,4 +1,5 @@
 """Cohort training (run.cohort): a round's clients trained as one batched computation equal the per-client path."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -16,9 +17,27 @@ from pfedkit.methods import METHODS
 from pfedkit.models.base import SplitModel
 from pfedkit.records import MethodContext, TrainSettings
 
-BATCHED = ["fedavg", "local", "fedper", "fedrep", "ditto", "fedprox", "fedbabu", "lg-fedavg", "fedavg-ft", "fedpac",
-           "fedpac-proto", "pgfedsplit", "pgfedsplit-no-apa", "pgfedsplit-no-gau", "pgfedsplit-no-both", "fedafk",
-           "fedafk-no-afa", "fedafk-no-kt", "fedafk-no-both"]
+BATCHED = [
+    "fedavg",
+    "local",
+    "fedper",
+    "fedrep",
+    "ditto",
+    "fedprox",
+    "fedbabu",
+    "lg-fedavg",
+    "fedavg-ft",
+    "fedpac",
+    "fedpac-proto",
+    "pgfedsplit",
+    "pgfedsplit-no-apa",
+    "pgfedsplit-no-gau",
+    "pgfedsplit-no-both",
+    "fedafk",
+    "fedafk-no-afa",
+    "fedafk-no-kt",
+    "fedafk-no-both",
+]
 SIZES = [13, 7, 22, 1]  # unequal, partial last batches, a client of one sample
 
 
@@ -27,8 +46,15 @@ def flat_model() -> SplitModel:
 
 
 def bn_image_model() -> SplitModel:
-    body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16, 6), nn.ReLU())
+    body = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16, 6),
+        nn.ReLU(),
+    )
     return SplitModel(body, nn.Linear(6, 3), feature_dim=6)
 
 
@@ -40,16 +66,22 @@ def federation(images: bool, sizes=SIZES, seed: int = 0) -> FederatedDataset:
     perm = np.random.default_rng(seed).permutation(total)
     train, test, at = [], [], 0
     for n in sizes:
-        train.append(perm[at:at + n])
-        test.append(perm[at + n:at + 2 * n])
+        train.append(perm[at : at + n])
+        test.append(perm[at + n : at + 2 * n])
         at += 2 * n
     shape = (3, 6, 6) if images else (1, 1, 6)
     return FederatedDataset("toy", "official-test", 3, shape, x, y, x, y, train, test)
 
 
 def method_for(name: str, images: bool, **train):
-    settings = dict(local_epochs=2, batch_size=4, lr=0.05, momentum=0.9, weight_decay=1e-3,
-                    augment="crop-flip" if images else "none")
+    settings = dict(
+        local_epochs=2,
+        batch_size=4,
+        lr=0.05,
+        momentum=0.9,
+        weight_decay=1e-3,
+        augment="crop-flip" if images else "none",
+    )
     settings.update(train)
     cls = METHODS[name]
     params = {"fedrep": {"head_epochs": 2}}.get(name, {})
@@ -66,11 +98,16 @@ def round_tasks(method, fed, round: int, kind: str = "train", evaluate_after: bo
     clients = {cid: method.init_client(cid, fed.client(cid)) for cid in range(fed.num_clients)}
     replies = {}
     for cid in clients:
-        replies[cid], clients[cid] = method.local_update(method.payload(server, round - 1, cid), clients[cid],
-                                                         fed.client(cid), round - 1)
+        replies[cid], clients[cid] = method.local_update(
+            method.payload(server, round - 1, cid), clients[cid], fed.client(cid), round - 1
+        )
     server = method.aggregate(server, replies, round - 1)
-    return [Task(kind, cid, round, method.payload(server, round, cid), clients[cid], len(fed.train_idx[cid]),
-                 evaluate_after) for cid in clients]
+    return [
+        Task(
+            kind, cid, round, method.payload(server, round, cid), clients[cid], len(fed.train_idx[cid]), evaluate_after
+        )
+        for cid in clients
+    ]
 
 
 def assert_states_close(got: dict, want: dict, what: str) -> None:
@@ -98,14 +135,23 @@ def test_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name, ima
         assert_states_close(reply, want[cid][0], f"{name} client {cid} reply")
         assert_states_close(state, want[cid][1], f"{name} client {cid} state")
         start = tasks[cid].payload
-        moved = [k for k in want[cid][0] if k in start and torch.is_floating_point(start[k])
-                 and not torch.equal(want[cid][0][k], start[k])]
+        moved = [
+            k
+            for k in want[cid][0]
+            if k in start and torch.is_floating_point(start[k]) and not torch.equal(want[cid][0][k], start[k])
+        ]
         assert moved or not want[cid][0].keys() - {"num_samples"}, "the round must train something to compare"
 
 
-@pytest.mark.parametrize("params", [{"mu_steps": "epoch"}, {"mu_clip": False, "mu_decay": 0.02},
-                                    {"teacher": "current", "personal_step": "mixture", "kt_form": "feature-sum"}],
-                         ids=["mu-per-epoch", "mu-unclipped-decay", "current-teacher-mixture"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"mu_steps": "epoch"},
+        {"mu_clip": False, "mu_decay": 0.02},
+        {"teacher": "current", "personal_step": "mixture", "kt_form": "feature-sum"},
+    ],
+    ids=["mu-per-epoch", "mu-unclipped-decay", "current-teacher-mixture"],
+)
 def test_fedafk_readings_in_a_cohort_equal_one_client_at_a_time(params):
     method = method_for("fedafk", images=True)
     method.params = method.validate_params(params)
@@ -134,7 +180,9 @@ def test_batched_evaluation_equals_each_client_on_its_own(name):
     got = dict(Cohort(method, fed).evaluate(tasks))
     for t in tasks:
         data = fed.client(t.cid)
-        correct, loss, n = evaluate_model(method.personalized_model(t.client, t.payload, data, 1), data.test_x, data.test_y)
+        correct, loss, n = evaluate_model(
+            method.personalized_model(t.client, t.payload, data, 1), data.test_x, data.test_y
+        )
         assert got[t.cid][0] == correct and got[t.cid][2] == n
         assert got[t.cid][1] == pytest.approx(loss, rel=1e-5, abs=1e-5)
 
@@ -226,8 +274,11 @@ class _Stop(Exception):
 def test_a_killed_cohort_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
     from pfedkit.engine.simulation import simulate
 
-    cfg = synthetic(method={"name": "fedper"}, train={"rounds": 5, "momentum": 0.9},
-                    run={"cohort": "on", "checkpoint_every": 2, "seed": 4})
+    cfg = synthetic(
+        method={"name": "fedper"},
+        train={"rounds": 5, "momentum": 0.9},
+        run={"cohort": "on", "checkpoint_every": 2, "seed": 4},
+    )
     simulate(cfg, tmp_path / "straight", progress=False)
 
     def stop_in_round_2(row):  # after round 2's metrics, before any checkpoint holds it: round 2 is played again
@@ -261,8 +312,9 @@ def test_on_a_gpu_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(
         for t in tasks:
             data = fed.client(t.cid)
             with torch.device("cuda"):
-                correct, loss, n = evaluate_model(method.personalized_model(t.client, t.payload, data, 2),
-                                                  data.test_x, data.test_y)
+                correct, loss, n = evaluate_model(
+                    method.personalized_model(t.client, t.payload, data, 2), data.test_x, data.test_y
+                )
             assert evaluated[t.cid][0] == correct and evaluated[t.cid][1] == pytest.approx(loss, rel=1e-4, abs=1e-4)
 
 
@@ -271,7 +323,9 @@ def test_on_a_gpu_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(
 def test_on_a_gpu_a_run_takes_the_cohort_path_by_default_and_ends_where_the_per_client_path_does(tmp_path):
     settings = dict(method={"name": "fedper"}, train={"rounds": 3}, eval={"point": "both"})
     on = run_experiment(synthetic(**settings, run={"device": "cuda"}), tmp_path / "auto", progress=False)
-    off = run_experiment(synthetic(**settings, run={"device": "cuda", "cohort": "off"}), tmp_path / "off", progress=False)
+    off = run_experiment(
+        synthetic(**settings, run={"device": "cuda", "cohort": "off"}), tmp_path / "off", progress=False
+    )
     assert abs(on["last_acc"] - off["last_acc"]) <= 0.001 and abs(on["last_acc_after"] - off["last_acc_after"]) <= 0.001
 
 

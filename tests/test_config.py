@@ -1,4 +1,5 @@
 """A broken config fails before training, naming the key and the valid choices."""
+
 from __future__ import annotations
 
 import pytest
@@ -57,7 +58,9 @@ def test_unknown_dataset_and_model(tmp_path):
 
 
 def test_overrides_parse_toml_literals_and_strings():
-    raw = apply_overrides({}, ["train.lr=0.01", "method.name=fedrep", "method.head_epochs=3", "partition.balanced=false"])
+    raw = apply_overrides(
+        {}, ["train.lr=0.01", "method.name=fedrep", "method.head_epochs=3", "partition.balanced=false"]
+    )
     cfg = build_config(raw)
     assert cfg.train.lr == 0.01 and cfg.method.name == "fedrep" and cfg.method_params() == {"head_epochs": 3}
     assert cfg.partition.balanced is False  # "false" is false (PFLlib's type=bool made it true)

@@ -1,9 +1,10 @@
 """Carrying a finished run on for more rounds: the result equals a run trained that long from round 0."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -20,9 +21,12 @@ ON_ADAPTERS = sorted(name for name in METHODS if name.startswith("heart-pfl") or
 ON_AN_MLP = sorted(set(METHODS) - set(ON_ADAPTERS) - {"fedphp"})  # FedPHP: see below
 ADAPTER_SETTING = dict(  # a small adapter ResNet on 12x12 images, with a proxy set for HEART-PFL's transfer
     data={"dataset": "synthetic", "options": {"shape": [1, 12, 12], "samples": 400, "test_samples": 200}},
-    partition={"clients": 4}, model={"name": "small-resnet-adapter", "options": {"widths": [4, 8, 8, 16]}},
-    eval={"protocol": "official-test"}, train={"join_ratio": 0.5, "lr": 0.05},
-    proxy={"holdout": 0.1, "dataset": "synthetic", "options": {"shape": [1, 12, 12], "samples": 100, "seed": 3}})
+    partition={"clients": 4},
+    model={"name": "small-resnet-adapter", "options": {"widths": [4, 8, 8, 16]}},
+    eval={"protocol": "official-test"},
+    train={"join_ratio": 0.5, "lr": 0.05},
+    proxy={"holdout": 0.1, "dataset": "synthetic", "options": {"shape": [1, 12, 12], "samples": 100, "seed": 3}},
+)
 DISTILLATION_STEPS = {"kd_steps": 2, "kd_batch": 32}  # a short server-side distillation
 
 
@@ -39,28 +43,38 @@ def same_files(got, want):
     for name in ("metrics.csv", "clients.csv"):
         rows, expected = read_csv(got / name), read_csv(want / name)
         drop = {"train_s", "eval_s"}  # timings
-        assert [{k: v for k, v in r.items() if k not in drop} for r in rows] == \
-               [{k: v for k, v in r.items() if k not in drop} for r in expected], name
+        assert [{k: v for k, v in r.items() if k not in drop} for r in rows] == [
+            {k: v for k, v in r.items() if k not in drop} for r in expected
+        ], name
     summary, expected = (json.loads((d / "summary.json").read_text()) for d in (got, want))
-    assert {k: v for k, v in summary.items() if not k.endswith("_s")} == \
-           {k: v for k, v in expected.items() if not k.endswith("_s")}
+    assert {k: v for k, v in summary.items() if not k.endswith("_s")} == {
+        k: v for k, v in expected.items() if not k.endswith("_s")
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ON_AN_MLP + ON_ADAPTERS)
 def test_a_finished_run_carried_on_equals_the_longer_run(tmp_path, name):
     setting = ADAPTER_SETTING if name in ON_ADAPTERS else {}
-    method = {"name": name, **(DISTILLATION_STEPS if name in ON_ADAPTERS else {}),
-              **({"pgd_steps": 2} if name.startswith("heart-pfl") else {})}
+    method = {
+        "name": name,
+        **(DISTILLATION_STEPS if name in ON_ADAPTERS else {}),
+        **({"pgd_steps": 2} if name.startswith("heart-pfl") else {}),
+    }
     train = setting.get("train", {})
-    got, want = carried_on(tmp_path, dict(setting, method=method, train={**train, "rounds": 2}),
-                           dict(setting, method=method, train={**train, "rounds": 4}))
+    got, want = carried_on(
+        tmp_path,
+        dict(setting, method=method, train={**train, "rounds": 2}),
+        dict(setting, method=method, train={**train, "rounds": 4}),
+    )
     same_files(got, want)
 
 
 def test_carried_on_with_eval_every_drops_the_short_runs_final_evaluation(tmp_path):
     """Round 3 ends the 3-round run, so it was evaluated there; a 6-round run evaluating every 2nd round is not."""
-    short = dict(method={"name": "ditto"}, train={"rounds": 3}, eval={"every": 2}, run={"checkpoint_every": 5, "seed": 1})
+    short = dict(
+        method={"name": "ditto"}, train={"rounds": 3}, eval={"every": 2}, run={"checkpoint_every": 5, "seed": 1}
+    )
     long = dict(short, train={"rounds": 6})
     got, want = carried_on(tmp_path, short, long)
     same_files(got, want)
@@ -70,8 +84,10 @@ def test_carried_on_with_eval_every_drops_the_short_runs_final_evaluation(tmp_pa
 def test_a_run_cut_off_while_being_carried_on_resumes_to_the_longer_run(tmp_path):
     """Cut in round 3 before any checkpoint of the longer run: config.toml says 6 rounds, the checkpoint is the
     3-round run's end, and the resume must still train round 3 rather than take its evaluation-only row."""
-    short, long = synthetic(train={"rounds": 3}, run={"checkpoint_every": 5, "seed": 1}), \
-        synthetic(train={"rounds": 6}, run={"checkpoint_every": 5, "seed": 1})
+    short, long = (
+        synthetic(train={"rounds": 3}, run={"checkpoint_every": 5, "seed": 1}),
+        synthetic(train={"rounds": 6}, run={"checkpoint_every": 5, "seed": 1}),
+    )
     simulate(short, tmp_path / "cut", progress=False)
     with pytest.raises(KeyboardInterrupt):
         StopsOnce(long, tmp_path / "cut", resume=True, progress=False).run()
@@ -94,7 +110,9 @@ def test_a_method_whose_defaults_follow_the_rounds_is_not_carried_on(tmp_path):
     """FedPHP's schedule is set by the run's length (expected participations), so its first rounds differ."""
     simulate(synthetic(method={"name": "fedphp"}, train={"rounds": 2}), tmp_path / "run", progress=False)
     with pytest.raises(PfedkitError, match="expected_participations"):
-        simulate(synthetic(method={"name": "fedphp"}, train={"rounds": 4}), tmp_path / "run", resume=True, progress=False)
+        simulate(
+            synthetic(method={"name": "fedphp"}, train={"rounds": 4}), tmp_path / "run", resume=True, progress=False
+        )
 
 
 def test_after_local_last_round_measured_only_because_it_was_last_is_refused(tmp_path):
@@ -107,8 +125,11 @@ def test_after_local_last_round_measured_only_because_it_was_last_is_refused(tmp
 
 
 def test_a_suite_cell_carries_on_a_shorter_finished_run_it_finds(tmp_path):
-    simulate(synthetic(method={"name": "fedper"}, train={"rounds": 2}), tmp_path / "short" / "col" / "fedper" / "seed1",
-             progress=False)
+    simulate(
+        synthetic(method={"name": "fedper"}, train={"rounds": 2}),
+        tmp_path / "short" / "col" / "fedper" / "seed1",
+        progress=False,
+    )
     cell = tmp_path / "long" / "col" / "fedper" / "seed1"
     long = synthetic(method={"name": "fedper"}, train={"rounds": 4})
     assert reuse_identical_runs({cell: long}, tmp_path / "short") == [cell]
@@ -139,16 +160,20 @@ def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
         if not following:
             assert continues(small, long), (column, row, run_differences(small, long))
         else:  # trained afresh, rightly: its schedule stretches with the rounds
-            assert {change.split(":")[0] for change in run_differences(small, long)} <= \
-                {"train.rounds"} | {f"method.{key}" for key in following}, (column, row)
+            assert {change.split(":")[0] for change in run_differences(small, long)} <= {"train.rounds"} | {
+                f"method.{key}" for key in following
+            }, (column, row)
     if suite.pretrain:  # the long cells load the very backbone the small ones were trained from
-        backbone = {scale: Path(suite.pretrain_at(scale)["path"].replace("{out}", str(out))).resolve()
-                    for scale, out in (("small", small_out), ("long", long_out))}
+        backbone = {
+            scale: Path(suite.pretrain_at(scale)["path"].replace("{out}", str(out))).resolve()
+            for scale, out in (("small", small_out), ("long", long_out))
+        }
         assert backbone["long"] == backbone["small"]
 
 
 class CutOffInRoundTwo(Simulation):
     """A run stopped in round 2, before any checkpoint when checkpoint_every is above 2."""
+
     def train(self, round):
         if round == 2:
             raise KeyboardInterrupt

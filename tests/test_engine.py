@@ -1,4 +1,5 @@
 """The round loop end to end on the synthetic set: outputs, determinism, bytes, kill-and-resume."""
+
 from __future__ import annotations
 
 import os
@@ -129,8 +130,12 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     proc.wait()
     done = len(read_csv(metrics))
     assert 11 <= done < 31, f"the kill came too late ({done} rows)"
-    resumed = subprocess.run([sys.executable, "-m", "pfedkit", "run", "--out", str(killed), "--resume", "--quiet"],
-                             cwd=REPO, capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "pfedkit", "run", "--out", str(killed), "--resume", "--quiet"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr
     run_experiment(cfg, tmp_path / "straight", progress=False)
     got, want = read_csv(killed / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
@@ -202,8 +207,14 @@ def test_moving_a_data_set_moves_every_tensor_and_keeps_the_pooled_split():
     fed = build_federated(synthetic(proxy={"holdout": 0.1}))  # pfllib protocol: train and test share one pool
     moved = fed.to(torch.device("meta"))
     assert moved.test_x is moved.train_x and moved.test_y is moved.train_y
-    tensors = [moved.train_x, moved.train_y, moved.server.val_x, moved.server.val_y, moved.server.proxy_x,
-               moved.server.proxy_y]
+    tensors = [
+        moved.train_x,
+        moved.train_y,
+        moved.server.val_x,
+        moved.server.val_y,
+        moved.server.proxy_x,
+        moved.server.proxy_y,
+    ]
     assert all(t.device.type == "meta" for t in tensors) and fed.train_x.device.type == "cpu"
     assert moved.server.val_x.shape == fed.server.val_x.shape and moved.train_idx is fed.train_idx
     official = build_federated(synthetic(eval={"protocol": "official-test"}))

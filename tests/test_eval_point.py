@@ -1,4 +1,5 @@
 """eval.point: where a client's personalized model is measured (round start, right after its local update, or both)."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ from tests.test_engine import COMPARED, synthetic
 
 def two_clients(point: str, **sections):
     """FedAvg on two clients, one local step of full-batch gradient descent per round: easy to write out by hand."""
-    return synthetic(partition={"clients": 2}, train={"rounds": 2, "batch_size": 4096, "lr": 0.5},
-                     eval={"point": point}, **sections)
+    return synthetic(
+        partition={"clients": 2}, train={"rounds": 2, "batch_size": 4096, "lr": 0.5}, eval={"point": point}, **sections
+    )
 
 
 def test_after_local_equals_the_model_after_its_local_step_by_hand(tmp_path):
@@ -32,8 +34,11 @@ def test_after_local_equals_the_model_after_its_local_step_by_hand(tmp_path):
             for p, g in zip(model.parameters(), grads):
                 p -= 0.5 * g
             correct = int((model(data.test_x).argmax(1) == data.test_y).sum())
-        row = next(r for r in read_csv(tmp_path / "clients.csv")
-                   if r["round"] == "0" and r["client"] == str(cid) and r["point"] == "after-local")
+        row = next(
+            r
+            for r in read_csv(tmp_path / "clients.csv")
+            if r["round"] == "0" and r["client"] == str(cid) and r["point"] == "after-local"
+        )
         assert int(row["correct"]) == correct and int(row["n_test"]) == len(data.test_y)
     metrics = read_csv(tmp_path / "metrics.csv")
     assert metrics[0]["acc"] == "" and float(metrics[0]["acc_after"]) > 0  # the start point was not measured
@@ -42,7 +47,9 @@ def test_after_local_equals_the_model_after_its_local_step_by_hand(tmp_path):
 
 
 def test_both_writes_both_and_leaves_the_start_numbers_as_they_were(tmp_path):
-    cfg = dict(train={"rounds": 4, "lr": 0.1}, partition={"clients": 6}, run={"seed": 1, "checkpoint_every": 2, "workers": 1})
+    cfg = dict(
+        train={"rounds": 4, "lr": 0.1}, partition={"clients": 6}, run={"seed": 1, "checkpoint_every": 2, "workers": 1}
+    )
     start = synthetic(**cfg)
     both = synthetic(eval={"point": "both"}, **cfg)
     simulate(start, tmp_path / "start", progress=False)
@@ -63,11 +70,14 @@ def test_clients_not_sampled_keep_their_last_after_local_value(tmp_path):
     for round, metric in enumerate(read_csv(tmp_path / "metrics.csv")[:-1]):
         last.update({r["client"]: (int(r["correct"]), int(r["n_test"])) for r in rows if r["round"] == str(round)})
         assert len({r["client"] for r in rows if r["round"] == str(round)}) == 3  # half of the 6 clients trained
-        assert float(metric["acc_after"]) == pytest.approx(sum(c for c, _ in last.values()) / sum(n for _, n in last.values()))
+        assert float(metric["acc_after"]) == pytest.approx(
+            sum(c for c, _ in last.values()) / sum(n for _, n in last.values())
+        )
 
 
 class StopsOnce(Simulation):
     """A run cut off in round 3, after the checkpoint of round 2."""
+
     def train(self, round):
         if round == 3 and not getattr(self, "resumed", False):
             raise KeyboardInterrupt
@@ -99,12 +109,32 @@ def test_a_method_that_keeps_its_model_measures_after_round_r_what_round_r_plus_
     assert all(rows["start", rnd + 1, c] == v for (rnd, c), v in after.items())
 
 
-@pytest.mark.parametrize("name", ["fedper", "fedrep", "fedpac", "pgfedsplit", "pfedhn", "fedala", "apfl", "fedrod",
-                                  "fedbabu", "lg-fedavg", "fedproto", "fedgh", "knn-per", "per-fedavg", "fedamp", "fedphp",
-                                  "fedavg-ft"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fedper",
+        "fedrep",
+        "fedpac",
+        "pgfedsplit",
+        "pfedhn",
+        "fedala",
+        "apfl",
+        "fedrod",
+        "fedbabu",
+        "lg-fedavg",
+        "fedproto",
+        "fedgh",
+        "knn-per",
+        "per-fedavg",
+        "fedamp",
+        "fedphp",
+        "fedavg-ft",
+    ],
+)
 def test_every_other_kind_of_method_is_measured_after_its_update(tmp_path, name):
-    summary = simulate(synthetic(method={"name": name}, eval={"point": "both"}, train={"rounds": 2}),
-                       tmp_path, progress=False)
+    summary = simulate(
+        synthetic(method={"name": name}, eval={"point": "both"}, train={"rounds": 2}), tmp_path, progress=False
+    )
     assert 0 < summary["best_acc_after"] <= 1 and summary["last_round_after"] == 1
 
 

@@ -1,4 +1,5 @@
 """FedAFK: one local round equals a hand-written computation of steps (a)-(c), the mix and the head epoch."""
+
 from __future__ import annotations
 
 import pytest
@@ -72,20 +73,31 @@ def by_hand(server, client, random_head, data, seed, mu, form="feature-mean", st
     return tg, ti, phi, mu
 
 
-@pytest.mark.parametrize("form, step", [("feature-mean", "theta"), ("feature-sum", "theta"),
-                                        ("logits-personal-head", "theta"), ("logits-random-head", "theta"),
-                                        ("feature-mean", "mixture")])
+@pytest.mark.parametrize(
+    "form, step",
+    [
+        ("feature-mean", "theta"),
+        ("feature-sum", "theta"),
+        ("logits-personal-head", "theta"),
+        ("logits-random-head", "theta"),
+        ("feature-mean", "mixture"),
+    ],
+)
 def test_one_local_round_equals_the_hand_computation(form, step):
     method = make("fedafk", seed=3, batch_size=4, lr=LR, params={"kt_form": form, "personal_step": step})
     data = tiny_data(n=8)
     server = method.init_server()
     gen = torch.Generator().manual_seed(1)
     client = method.init_client(0, data)
-    client = {k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
-              for k, v in client.items()}  # a client whose extractor and head differ from the global ones
+    client = {
+        k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
+        for k, v in client.items()
+    }  # a client whose extractor and head differ from the global ones
     reply, new = method.local_update(method.payload(server, 0, 0), client, data, 0)
     tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5, form, step)
-    assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(reply["body.0.bias"], tg[1], atol=1e-6)
+    assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(
+        reply["body.0.bias"], tg[1], atol=1e-6
+    )
     assert torch.allclose(new["body.0.weight"], ti[0].float(), atol=1e-6)
     assert torch.allclose(new["body.0.bias"], ti[1].float(), atol=1e-6)
     assert torch.allclose(new["head.weight"], phi[0].float(), atol=1e-6)
@@ -129,12 +141,16 @@ def test_flags_change_the_update():
 
 
 def test_only_the_extractor_travels(tmp_path):
-    cfg = build_config({
-        "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 100}},
-        "partition": {"clients": 4, "beta": 1.0}, "model": {"name": "mlp", "options": {"hidden": 16}},
-        "method": {"name": "fedafk"}, "train": {"rounds": 2, "batch_size": 16, "lr": 0.05},
-        "run": {"workers": 1},
-    })
+    cfg = build_config(
+        {
+            "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 100}},
+            "partition": {"clients": 4, "beta": 1.0},
+            "model": {"name": "mlp", "options": {"hidden": 16}},
+            "method": {"name": "fedafk"},
+            "train": {"rounds": 2, "batch_size": 16, "lr": 0.05},
+            "run": {"workers": 1},
+        }
+    )
     sim = Simulation(cfg, tmp_path, progress=False)
     extractor = sum(v.numel() for k, v in sim.method.initial_state().items() if k.startswith("body."))
     sim.run()
@@ -153,7 +169,10 @@ def test_ablation_presets_are_the_flags():
     data = tiny_data(n=8)
     preset, flags = make("fedafk-no-both"), make("fedafk", params={"kt_weight": 0.0, "adaptive_aggregation": False})
     server = preset.init_server()
-    a, b = preset.local_update(server, preset.init_client(0, data), data, 0), flags.local_update(server, flags.init_client(0, data), data, 0)
+    a, b = (
+        preset.local_update(server, preset.init_client(0, data), data, 0),
+        flags.local_update(server, flags.init_client(0, data), data, 0),
+    )
     assert all(torch.equal(a[0][k], b[0][k]) for k in server)
 
 
@@ -167,11 +186,17 @@ def test_settings_the_others_leave_unused_change_nothing_and_are_the_same_run():
     gen = torch.Generator().manual_seed(2)
     base = make("fedafk", batch_size=4)
     server = base.init_server()
-    client = {k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
-              for k, v in base.init_client(0, data).items()}
-    inert_sets = [({"kt_weight": 0.0}, {"kt_form": "feature-sum", "teacher": "current"}),
-                  ({"adaptive_aggregation": False},
-                   {"mu_init": 0.9, "mu_gradient": "apfl", "mix_buffers": False, "personal_step": "mixture"})]
+    client = {
+        k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
+        for k, v in base.init_client(0, data).items()
+    }
+    inert_sets = [
+        ({"kt_weight": 0.0}, {"kt_form": "feature-sum", "teacher": "current"}),
+        (
+            {"adaptive_aggregation": False},
+            {"mu_init": 0.9, "mu_gradient": "apfl", "mix_buffers": False, "personal_step": "mixture"},
+        ),
+    ]
     for fixed, unused in inert_sets:
         ref = make("fedafk", params=fixed, batch_size=4).local_update(server, client, data, 0)
         other = make("fedafk", params={**fixed, **unused}, batch_size=4).local_update(server, client, data, 0)
@@ -208,10 +233,16 @@ def test_one_mu_step_per_epoch_is_the_per_batch_step_when_an_epoch_is_one_batch_
 
 
 def test_mu_is_on_record_each_round(tmp_path):
-    cfg = build_config({"data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 120}},
-                        "partition": {"clients": 4}, "model": {"name": "mlp", "options": {"hidden": 16}},
-                        "method": {"name": "fedafk"}, "train": {"rounds": 3, "batch_size": 16, "lr": 0.05},
-                        "run": {"workers": 1, "checkpoint_every": 1}})
+    cfg = build_config(
+        {
+            "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 120}},
+            "partition": {"clients": 4},
+            "model": {"name": "mlp", "options": {"hidden": 16}},
+            "method": {"name": "fedafk"},
+            "train": {"rounds": 3, "batch_size": 16, "lr": 0.05},
+            "run": {"workers": 1, "checkpoint_every": 1},
+        }
+    )
     Simulation(cfg, tmp_path, progress=False).run()
     rows = read_csv(tmp_path / "metrics.csv")
     assert {"mu_mean", "mu_min", "mu_max"} <= set(rows[0])

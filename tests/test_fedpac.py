@@ -1,4 +1,5 @@
 """FedPAC, its prototype-softmax variant, and the prototype machinery they share with FedProto and FedGH."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,17 +64,23 @@ def fedpac_replies(method, seed=0):
     for cid in (0, 3, 7):
         counts = torch.randint(1, 5, (2,), generator=g)
         replies[cid] = {
-            "body.0.weight": torch.randn(3, 4, generator=g), "body.0.bias": torch.randn(3, generator=g),
-            "head.weight": torch.randn(2, 3, generator=g), "head.bias": torch.randn(2, generator=g),
-            "protos": torch.randn(2, 3, generator=g), "proto_counts": counts,
-            "feature_var": torch.rand((), generator=g), "label_means": torch.randn(2, 3, generator=g),
+            "body.0.weight": torch.randn(3, 4, generator=g),
+            "body.0.bias": torch.randn(3, generator=g),
+            "head.weight": torch.randn(2, 3, generator=g),
+            "head.bias": torch.randn(2, generator=g),
+            "protos": torch.randn(2, 3, generator=g),
+            "proto_counts": counts,
+            "feature_var": torch.rand((), generator=g),
+            "label_means": torch.randn(2, 3, generator=g),
             "num_samples": int(counts.sum()),
         }
     return replies
 
 
 def combined_heads(server, cids):
-    return {cid: (server[HEAD_KEY.format(cid=cid) + "weight"], server[HEAD_KEY.format(cid=cid) + "bias"]) for cid in cids}
+    return {
+        cid: (server[HEAD_KEY.format(cid=cid) + "weight"], server[HEAD_KEY.format(cid=cid) + "bias"]) for cid in cids
+    }
 
 
 def qp_by_hand(replies, i):
@@ -177,8 +184,9 @@ def test_fedpac_reply_statistics_use_the_received_body_and_centroids_the_trained
 
 def test_fedpac_runs_through_the_engine_with_partial_participation(tmp_path):
     for name in ("fedpac", "fedpac-proto"):
-        summary = run_experiment(synthetic(method={"name": name}, train={"join_ratio": 0.5, "rounds": 8}),
-                                 tmp_path / name, progress=False)
+        summary = run_experiment(
+            synthetic(method={"name": name}, train={"join_ratio": 0.5, "rounds": 8}), tmp_path / name, progress=False
+        )
         assert summary["last_acc"] > 0.5
 
 
@@ -212,7 +220,10 @@ def test_fedproto_sends_only_prototypes_and_its_step_is_ce_plus_prototype_mse():
     params = {k: v.clone().requires_grad_() for k, v in client.items()}
     z = torch.relu(data.train_x @ params["body.0.weight"].T + params["body.0.bias"])
     target = torch.where((data.train_y == 0).unsqueeze(1), server["protos"][data.train_y], z.detach())
-    loss = F.cross_entropy(z @ params["head.weight"].T + params["head.bias"], data.train_y) + 0.7 * ((z - target) ** 2).mean()
+    loss = (
+        F.cross_entropy(z @ params["head.weight"].T + params["head.bias"], data.train_y)
+        + 0.7 * ((z - target) ** 2).mean()
+    )
     grads = torch.autograd.grad(loss, list(params.values()))
     after = {k: v - 0.1 * g for (k, v), g in zip(params.items(), grads)}
     with torch.no_grad():
@@ -239,7 +250,9 @@ def test_fedgh_server_trains_the_global_head_on_class_means():
     reply, client = method.local_update(method.payload(after, 1, 0), method.init_client(0, data), data, 1)
     assert set(reply) == {"protos", "proto_counts", "num_samples"} and set(client) == {"body.0.weight", "body.0.bias"}
     model = method.personalized_model(client, method.payload(after, 1, 0), data, 1)
-    assert torch.equal(model.head.weight, after["head.weight"]) and torch.equal(model.body[0].weight, client["body.0.weight"])
+    assert torch.equal(model.head.weight, after["head.weight"]) and torch.equal(
+        model.body[0].weight, client["body.0.weight"]
+    )
 
 
 @pytest.mark.parametrize("name", ["fedproto", "fedgh"])

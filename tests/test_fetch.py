@@ -1,4 +1,5 @@
 """Downloads against a local HTTP server, archive safety, and errors for missing or corrupt files."""
+
 from __future__ import annotations
 
 import functools
@@ -187,6 +188,8 @@ def test_recompressed_copy_with_official_content_is_accepted(shared_data, tmp_pa
         copy.write_bytes(gz.compress(content, mtime=0))
         assert fetch.md5_of(copy) != fetch.CHECKSUMS["fashion-mnist"][rel]
         assert fetch.verify_file("fashion-mnist", tmp_path, rel) == copy
-        copy.write_bytes(gz.compress(content[:-1] + bytes([(content[-1] + 1) % 256]), mtime=0))  # one label changed: refused
+        copy.write_bytes(
+            gz.compress(content[:-1] + bytes([(content[-1] + 1) % 256]), mtime=0)
+        )  # one label changed: refused
         with pytest.raises(DataError, match="corrupt"):
             fetch.verify_file("fashion-mnist", tmp_path, rel)

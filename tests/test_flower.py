@@ -1,5 +1,6 @@
 """pfedkit on Flower: records, client state on disk, node data, the ServerApp's rounds (on a fake grid, then on
 a real SuperLink and SuperNodes on 127.0.0.1), a node killed and restarted mid-run."""
+
 from __future__ import annotations
 
 import json
@@ -35,12 +36,16 @@ COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up",
 
 
 def small(clients: int = 2, rounds: int = 2, method: str = "fedper", **run):
-    return build_config({
-        "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 100}},
-        "partition": {"clients": clients, "beta": 1.0}, "model": {"name": "mlp", "options": {"hidden": 16}},
-        "method": {"name": method}, "train": {"rounds": rounds, "batch_size": 16, "lr": 0.05},
-        "run": {"workers": 1, "checkpoint_every": 1, **run},
-    })
+    return build_config(
+        {
+            "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 100}},
+            "partition": {"clients": clients, "beta": 1.0},
+            "model": {"name": "mlp", "options": {"hidden": 16}},
+            "method": {"name": method},
+            "train": {"rounds": rounds, "batch_size": 16, "lr": 0.05},
+            "run": {"workers": 1, "checkpoint_every": 1, **run},
+        }
+    )
 
 
 def same_message(a: dict, b: dict) -> bool:
@@ -84,8 +89,13 @@ def image_setup():
 
     held = data(9)
     server = ServerData(held.train_x, held.train_y, held.train_x, held.train_y, "test proxy")
-    ctx = MethodContext(lambda: build_model("small-resnet-adapter", (1, 12, 12), 3, widths=[4, 8, 8, 16]),
-                        TrainSettings(local_epochs=1, batch_size=8, lr=0.05), num_classes=3, seed=0, server=server)
+    ctx = MethodContext(
+        lambda: build_model("small-resnet-adapter", (1, 12, 12), 3, widths=[4, 8, 8, 16]),
+        TrainSettings(local_epochs=1, batch_size=8, lr=0.05),
+        num_classes=3,
+        seed=0,
+        server=server,
+    )
     return ctx, data
 
 
@@ -145,6 +155,7 @@ def test_records_refuse_what_they_cannot_carry():
 
 # ---------------------------------------------------------------- client state on disk
 
+
 def test_client_state_store_resumes_after_a_restart_and_keeps_what_a_resume_needs(tmp_path):
     head = {"head.weight": torch.randn(2, 3), "head.bias": torch.randn(2), "mu": 0.3}
     store = ClientStateStore(tmp_path, "run-abc", 1)
@@ -169,6 +180,7 @@ def test_client_state_store_rejects_a_run_key_that_is_not_a_folder_name(tmp_path
 
 
 # ---------------------------------------------------------------- node data
+
 
 def test_node_partition_is_the_simulation_client():
     cfg = small(clients=3)
@@ -216,6 +228,7 @@ def test_node_own_arrays_and_image_folders(tmp_path):
 
 # ---------------------------------------------------------------- settings and the app folder
 
+
 def test_app_folder_carries_the_run_settings(tmp_path):
     settings = RunSettings(small(), tmp_path / "out", run_name="r1", min_replies=2, round_timeout=30)
     path = write_app(tmp_path / "app", settings)
@@ -231,13 +244,16 @@ def test_app_folder_carries_the_run_settings(tmp_path):
 
 # ---------------------------------------------------------------- the ServerApp's rounds on a fake grid
 
+
 class FakeGrid:
     """Delivers messages to in-process ClientApp nodes; a node listed in `dead` never answers."""
 
     def __init__(self, cfg, node_ids: dict[int, int], state_root: Path):
         from pfedkit.flower.client_app import Node
 
-        self.nodes = {node: Node(cfg, {"client-id": cid, "state-dir": str(state_root)}) for cid, node in node_ids.items()}
+        self.nodes = {
+            node: Node(cfg, {"client-id": cid, "state-dir": str(state_root)}) for cid, node in node_ids.items()
+        }
         self.dead: dict[int, set[int]] = {}  # round -> node ids that do not answer
         self.crash_in_round: int | None = None  # the server dies once the clients of this round have trained
 
@@ -257,8 +273,11 @@ class FakeGrid:
                 continue
             else:
                 content = work(node, msg.content)
-            replies.append(SimpleNamespace(metadata=SimpleNamespace(src_node_id=node_id), content=content,
-                                           has_error=lambda: False, error=None))
+            replies.append(
+                SimpleNamespace(
+                    metadata=SimpleNamespace(src_node_id=node_id), content=content, has_error=lambda: False, error=None
+                )
+            )
         if messages and messages[0].metadata.group_id == str(self.crash_in_round):
             raise KeyboardInterrupt("the server machine went down")
         return replies
@@ -314,6 +333,7 @@ def test_missing_replies_do_not_stop_a_round_and_min_replies_holds_the_server(tm
     def keep_server(round, payloads, replies, apply=run.apply_replies):
         before[round] = run.server
         return apply(round, payloads, replies)
+
     run.apply_replies = keep_server
     run.run()
     rows = read_csv(tmp_path / "b/metrics.csv")
@@ -338,6 +358,7 @@ def test_a_resumed_server_replays_from_its_checkpoint_with_the_clients_saved_sta
 
 
 # ---------------------------------------------------------------- a real SuperLink and SuperNodes on 127.0.0.1
+
 
 def started_processes_left() -> list[str]:
     """Processes this test process started (transitively) that still run."""
@@ -374,7 +395,9 @@ def test_loopback_deployment_equals_the_simulation(tmp_path, one_thread):
 
     cfg = small(clients=2, rounds=2)
     settings = RunSettings(cfg, tmp_path / "fl", run_name="loop", round_timeout=60, connect_timeout=60)
-    run_loopback(settings, tmp_path / "work", 2, timeout=240, node_config={"threads": 1, "state-dir": str(tmp_path / "state")})
+    run_loopback(
+        settings, tmp_path / "work", 2, timeout=240, node_config={"threads": 1, "state-dir": str(tmp_path / "state")}
+    )
     assert started_processes_left() == []
     sim = Simulation(cfg, tmp_path / "sim", progress=False)
     sim.run()
@@ -397,8 +420,9 @@ class ReplayMissing(Simulation):
         return super().evaluate_clients(round, {c: p for c, p in payloads.items() if c not in self.missing[round]})
 
     def train_clients(self, round, payloads, evaluate_after=False):
-        return super().train_clients(round, {c: p for c, p in payloads.items() if c not in self.missing[round]},
-                                     evaluate_after)
+        return super().train_clients(
+            round, {c: p for c, p in payloads.items() if c not in self.missing[round]}, evaluate_after
+        )
 
 
 @pytest.mark.slow
@@ -437,7 +461,9 @@ def test_killed_node_is_left_out_and_resumes_its_state_from_disk_after_a_restart
     sim = ReplayMissing(cfg, tmp_path / "sim", progress=False, missing=missing)
     sim.run()
     keys = ("round", "acc", "acc_client_mean", "loss", "clients_trained")
-    assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in read_csv(tmp_path / "sim/metrics.csv")]
+    assert [[r[k] for k in keys] for r in rows] == [
+        [r[k] for k in keys] for r in read_csv(tmp_path / "sim/metrics.csv")
+    ]
     final, _ = ClientStateStore(state[1], run_key, 1).load(99)
     assert same_message(final, sim.clients[1])
 
@@ -445,8 +471,10 @@ def test_killed_node_is_left_out_and_resumes_its_state_from_disk_after_a_restart
 def test_the_core_never_imports_flwr():
     import subprocess
 
-    code = ("import sys, pfedkit.cli, pfedkit.engine.simulation, pfedkit.methods, pfedkit.flower.settings, "
-            "pfedkit.engine.client_states, pfedkit.flower.node_data, pfedkit.flower.local; print('flwr' in sys.modules)")
+    code = (
+        "import sys, pfedkit.cli, pfedkit.engine.simulation, pfedkit.methods, pfedkit.flower.settings, "
+        "pfedkit.engine.client_states, pfedkit.flower.node_data, pfedkit.flower.local; print('flwr' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
 
@@ -459,16 +487,40 @@ def test_cli_writes_the_app_and_names_the_next_steps(tmp_path):
 
     config = tmp_path / "c.toml"
     config.write_text(dump_toml(small().to_dict()))
-    result = CliRunner().invoke(main, ["flower", "app", str(config), "--out", str(tmp_path / "run"), "--app",
-                                       str(tmp_path / "app"), "--min-replies", "2"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "flower",
+            "app",
+            str(config),
+            "--out",
+            str(tmp_path / "run"),
+            "--app",
+            str(tmp_path / "app"),
+            "--min-replies",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "flwr run" in result.output and "client-id=K" in result.output
     run_config = tomllib.loads((tmp_path / "app/pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     settings = RunSettings.from_run_config(run_config)
     assert settings.min_replies == 2 and settings.run_name == "run" and settings.out == (tmp_path / "run").resolve()
     assert settings.config == small()
-    refused = CliRunner().invoke(main, ["flower", "app", str(config), "--out", str(tmp_path / "gpu"), "--app",
-                                        str(tmp_path / "gpu-app"), "--set", "run.device=cuda"])
+    refused = CliRunner().invoke(
+        main,
+        [
+            "flower",
+            "app",
+            str(config),
+            "--out",
+            str(tmp_path / "gpu"),
+            "--app",
+            str(tmp_path / "gpu-app"),
+            "--set",
+            "run.device=cuda",
+        ],
+    )
     assert refused.exit_code != 0 and "Flower nodes train on the CPU" in refused.output
     assert not (tmp_path / "gpu-app").exists()
 
@@ -485,6 +537,7 @@ def test_a_node_with_another_pfedkit_version_is_refused(tmp_path, in_a_run, monk
         if node.cid == 1:
             records["pfedkit.info"]["pfedkit-version"] = "0.0.1"
         return records
+
     monkeypatch.setattr(client_app, "describe", older)
     with pytest.raises(PfedkitError, match="client 1 .* runs pfedkit 0.0.1"):
         flower_run_on(grid, cfg, tmp_path / "fl")
@@ -509,6 +562,10 @@ def test_a_node_that_stops_is_reported_and_takes_its_processes_with_it(tmp_path)
         except ChildProcessError:
             pass
         time.sleep(0.05)
-    state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{child}").exists() else "gone"
+    state = (
+        Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if Path(f"/proc/{child}").exists()
+        else "gone"
+    )
     assert state in ("gone", "Z")
     assert fed.reap_dead_nodes() == []

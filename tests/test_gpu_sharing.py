@@ -1,5 +1,6 @@
 """Several worker processes on one GPU (run.gpus_per_worker): the spawned pool they run in, checked on the CPU, the
 errors a request that cannot be met gets, and on a GPU machine the run itself."""
+
 from __future__ import annotations
 
 import pickle
@@ -20,8 +21,17 @@ def replies_from(start_method: str) -> dict:
     fed = build_federated(config)
     method = make_method(config, fed)
     server = method.init_server()
-    tasks = [Task("train", cid, 0, method.payload(server, 0, cid), method.init_client(cid, fed.client(cid)),
-                  int(fed.train_sizes()[cid])) for cid in range(fed.num_clients)]
+    tasks = [
+        Task(
+            "train",
+            cid,
+            0,
+            method.payload(server, 0, cid),
+            method.init_client(cid, fed.client(cid)),
+            int(fed.train_sizes()[cid]),
+        )
+        for cid in range(fed.num_clients)
+    ]
     with Executor(method, fed, 2, start_method=start_method) as executor:
         return {cid: reply for cid, (reply, _, _) in executor.run(tasks)}
 
@@ -30,9 +40,15 @@ def replies_from(start_method: str) -> dict:
 def test_a_spawned_pool_as_a_gpu_uses_gives_the_forked_pool_s_replies():
     spawned, forked = replies_from("spawn"), replies_from("fork")
     assert spawned.keys() == forked.keys()
-    assert all(torch.isfinite(v).all() for reply in forked.values() for v in reply.values() if isinstance(v, torch.Tensor))
+    assert all(
+        torch.isfinite(v).all() for reply in forked.values() for v in reply.values() if isinstance(v, torch.Tensor)
+    )
     for cid in forked:
-        assert all(torch.equal(spawned[cid][k], forked[cid][k]) for k in forked[cid] if isinstance(forked[cid][k], torch.Tensor))
+        assert all(
+            torch.equal(spawned[cid][k], forked[cid][k])
+            for k in forked[cid]
+            if isinstance(forked[cid][k], torch.Tensor)
+        )
 
 
 def test_a_pickled_method_carries_no_working_model():

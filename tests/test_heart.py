@@ -1,5 +1,6 @@
 """HEART-PFL and PerAda: adapter models, pretrained loading, PGD, symmetric KL, hierarchical alignment, proxy data,
 what client training may change, and the server's distillation choice."""
+
 from __future__ import annotations
 
 import math
@@ -37,6 +38,7 @@ def small(classes: int = 3, **options) -> nn.Module:
 
 
 # ---------------------------------------------------------------- models
+
 
 def test_resnet18_adapter_trains_exactly_the_papers_1_46m_parameters_with_100_classes():
     model = build_model("resnet18-adapter", (3, 32, 32), 100)
@@ -91,6 +93,7 @@ def test_adapter_state_holds_trainable_parameters_and_batchnorm_statistics_only(
 
 # ---------------------------------------------------------------- server data
 
+
 def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_in_domain_proxy():
     from pfedkit.data.federated import build_federated
     from pfedkit.data.sources import load_dataset
@@ -111,8 +114,9 @@ def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_
         build_federated(load_config(None, base[:3] + ['proxy.dataset="synthetic"']))
     with pytest.raises(ConfigError, match="same shape"):
         build_federated(load_config(None, base + ['proxy.dataset="synthetic"', "proxy.options={shape=[1, 4, 4]}"]))
-    ood = build_federated(load_config(None, base + ['proxy.dataset="synthetic"', "proxy.options={seed=5}",
-                                                    "proxy.max_samples=50"]))
+    ood = build_federated(
+        load_config(None, base + ['proxy.dataset="synthetic"', "proxy.options={seed=5}", "proxy.max_samples=50"])
+    )
     assert len(ood.server.proxy_y) == 50 and ood.server.proxy_name == "synthetic"
 
 
@@ -156,6 +160,7 @@ def server_data(n: int = 24) -> ServerData:
 
 # ---------------------------------------------------------------- PGD and symmetric KL
 
+
 def test_pgd_stays_in_the_pixel_eps_ball_and_the_unit_box_and_raises_the_loss():
     torch.manual_seed(0)
     model = small().eval()
@@ -172,8 +177,9 @@ def test_pgd_stays_in_the_pixel_eps_ball_and_the_unit_box_and_raises_the_loss():
     pgd_attack(model, x, y, eps=eps, alpha=2 / 255, steps=1, generator=torch.Generator().manual_seed(1))
     assert model.training
     # the released code's variant clamps the normalized tensor itself to [0, 1]
-    code = pgd_attack(model, x, y, eps=eps, alpha=2 / 255, steps=3, generator=torch.Generator().manual_seed(1),
-                      space="normalized")
+    code = pgd_attack(
+        model, x, y, eps=eps, alpha=2 / 255, steps=3, generator=torch.Generator().manual_seed(1), space="normalized"
+    )
     assert code.min() >= 0 and (code - x.clamp(0, 1)).abs().max() <= eps + 1e-6
 
 
@@ -192,10 +198,13 @@ def test_symmetric_kl_equals_a_hand_computation_and_has_a_finite_gradient():
     (grad,) = torch.autograd.grad(loss, student)
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
     # the code's ensemble: softmax of mean logits
-    torch.testing.assert_close(ensemble_log_probs(teachers, "logits"), F.log_softmax((teachers[0] + teachers[1]) / 2, 1))
+    torch.testing.assert_close(
+        ensemble_log_probs(teachers, "logits"), F.log_softmax((teachers[0] + teachers[1]) / 2, 1)
+    )
 
 
 # ---------------------------------------------------------------- hierarchical alignment
+
 
 def test_alignment_is_one_minus_cosine_on_early_stages_and_mse_on_deep_stages():
     g = torch.Generator().manual_seed(0)
@@ -246,6 +255,7 @@ def test_alignment_gradient_reaches_the_trainable_parameters_in_paper_mode_and_n
 
 
 # ---------------------------------------------------------------- client round and server choice
+
 
 @pytest.mark.parametrize("name", ["heart-pfl", "perada"])
 def test_client_round_changes_only_adapters_batchnorms_and_head_and_leaves_the_backbone_bit_identical(name):
@@ -356,21 +366,32 @@ def test_missing_server_data_or_a_plain_model_fails_before_training():
 
 
 HEART_RUN = [
-    'data.dataset="synthetic"', "data.options={shape=[1, 12, 12], samples=400, test_samples=200}",
-    "partition.clients=4", "partition.beta=0.5", 'eval.protocol="official-test"', "train.rounds=2",
-    "train.join_ratio=0.5", "train.batch_size=16", "train.lr=0.05",
-    'model.name="small-resnet-adapter"', "model.options={widths=[4, 8, 8, 16]}",
-    'method.name="heart-pfl"', "method.kd_steps=2", "method.kd_batch=32", "method.pgd_steps=2",
-    "proxy.holdout=0.1", 'proxy.dataset="synthetic"', "proxy.options={shape=[1, 12, 12], samples=100, seed=3}",
+    'data.dataset="synthetic"',
+    "data.options={shape=[1, 12, 12], samples=400, test_samples=200}",
+    "partition.clients=4",
+    "partition.beta=0.5",
+    'eval.protocol="official-test"',
+    "train.rounds=2",
+    "train.join_ratio=0.5",
+    "train.batch_size=16",
+    "train.lr=0.05",
+    'model.name="small-resnet-adapter"',
+    "model.options={widths=[4, 8, 8, 16]}",
+    'method.name="heart-pfl"',
+    "method.kd_steps=2",
+    "method.kd_batch=32",
+    "method.pgd_steps=2",
+    "proxy.holdout=0.1",
+    'proxy.dataset="synthetic"',
+    "proxy.options={shape=[1, 12, 12], samples=100, seed=3}",
     "run.workers=1",
 ]
 
 
 def test_heart_pfl_runs_through_the_engine_with_an_out_of_domain_proxy(tmp_path):
     from pfedkit.experiments import run_experiment
-    from pfedkit.registry import load_config
-
     from pfedkit.io import read_csv
+    from pfedkit.registry import load_config
 
     summary = run_experiment(load_config(None, HEART_RUN + ["method.kd_rounds=1"]), tmp_path / "run", progress=False)
     assert summary["rounds"] == 2 and 0 <= summary["last_acc"] <= 1
@@ -397,23 +418,40 @@ def test_heart_pfl_on_a_gpu_starts_from_the_cpu_run_s_model_and_trains(tmp_path)
 
 # ---------------------------------------------------------------- pretrain
 
+
 def test_pretrain_saves_a_backbone_the_adapter_models_load(tmp_path):
     from click.testing import CliRunner
 
     from pfedkit.cli import main
 
     out = tmp_path / "backbone.pt"
-    result = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--out", str(out), "--epochs", "1",
-                                       "--option", "widths=[4, 8, 8, 16]", "--option", "stem_stride=1"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "pretrain",
+            "--dataset",
+            "synthetic",
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--option",
+            "widths=[4, 8, 8, 16]",
+            "--option",
+            "stem_stride=1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     saved = torch.load(out, weights_only=True)
     assert "fc.weight" in saved and not any("adapter" in k for k in saved)
-    model = build_model("small-resnet-adapter", (1, 8, 8), 4, widths=[4, 8, 8, 16], stem_stride=1,
-                        pretrained=str(out))
+    model = build_model("small-resnet-adapter", (1, 8, 8), 4, widths=[4, 8, 8, 16], stem_stride=1, pretrained=str(out))
     assert torch.equal(model.body.state_dict()["layer2.0.conv2.weight"], saved["layer2.0.conv2.weight"])
-    assert not torch.equal(model.body.state_dict()["layer2.0.conv2.weight"],
-                           build_model("small-resnet-adapter", (1, 8, 8), 4, widths=[4, 8, 8, 16],
-                                       stem_stride=1).body.state_dict()["layer2.0.conv2.weight"])
+    assert not torch.equal(
+        model.body.state_dict()["layer2.0.conv2.weight"],
+        build_model("small-resnet-adapter", (1, 8, 8), 4, widths=[4, 8, 8, 16], stem_stride=1).body.state_dict()[
+            "layer2.0.conv2.weight"
+        ],
+    )
     bad = CliRunner().invoke(main, ["pretrain", "--dataset", "synthetic", "--model", "resnet18", "--out", str(out)])
     assert bad.exit_code == 2 and "resnet18-adapter" in bad.output
     if not torch.cuda.is_available():  # a GPU asked for where there is none: said before any data is read
@@ -425,7 +463,7 @@ def test_pretrain_saves_a_backbone_the_adapter_models_load(tmp_path):
 
 def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretrains(tmp_path):
     from pfedkit.errors import ConfigError
-    from pfedkit.experiments.suites import SUITES, PAPERS, suite_from_toml
+    from pfedkit.experiments.suites import PAPERS, SUITES, suite_from_toml
 
     suite = SUITES["heart-cifar100"]
     small, gpu = suite.pretrain_at("small"), suite.pretrain_at("gpu")
@@ -453,6 +491,10 @@ def test_a_backbone_another_scale_made_is_reused_before_this_scale_s_folder_exis
         raise AssertionError("pretrained again although the backbone exists")
 
     monkeypatch.setattr("pfedkit.experiments.pretrain.pretrain_backbone", no_training)
-    spec = {"dataset": "cifar10", "model": "small-resnet-adapter", "path": "{out}/../heart_cifar100/backbone_cifar10.pt"}
+    spec = {
+        "dataset": "cifar10",
+        "model": "small-resnet-adapter",
+        "path": "{out}/../heart_cifar100/backbone_cifar10.pt",
+    }
     pretrain_once(spec, tmp_path / "heart_cifar100_long", None, log=lambda line: None)
     assert shared.read_bytes() == b"the committed backbone"

@@ -1,4 +1,5 @@
 """Each first-set method's defining property, checked on a tiny model against hand-computed values."""
+
 from __future__ import annotations
 
 import torch
@@ -48,7 +49,9 @@ def test_fedprox_step_equals_hand_computed_proximal_step():
     model = method.load(start)
     loss = F.cross_entropy(model(data.train_x), data.train_y)
     grads = torch.autograd.grad(loss, list(model.parameters()))
-    expected = {n: p.detach() - lr * (g + mu * (p.detach() - server[n])) for (n, p), g in zip(model.named_parameters(), grads)}
+    expected = {
+        n: p.detach() - lr * (g + mu * (p.detach() - server[n])) for (n, p), g in zip(model.named_parameters(), grads)
+    }
     (phase,) = method.local_phases(server, {}, data, 0)
     method.run_phase(model, phase, data, 0)  # one step: the batch is all 8 samples
     for name, value in expected.items():
@@ -87,7 +90,9 @@ def test_lg_fedavg_shares_the_head_not_the_body():
 def test_local_sends_no_model():
     method = make("local")
     data = tiny_data()
-    reply, client = method.local_update(method.payload(method.init_server(), 0, 0), method.init_client(0, data), data, 0)
+    reply, client = method.local_update(
+        method.payload(method.init_server(), 0, 0), method.init_client(0, data), data, 0
+    )
     assert model_keys(reply) == set() and model_keys(client) == model_keys(method.initial_state())
 
 
@@ -152,8 +157,10 @@ def test_updates_depend_on_seed_round_and_client_not_on_call_order():
 
 
 def test_weighted_mean_keeps_integer_buffers():
-    replies = {0: {"b": torch.tensor(3), "w": torch.ones(2), "num_samples": 1},
-               1: {"b": torch.tensor(5), "w": torch.zeros(2), "num_samples": 3}}
+    replies = {
+        0: {"b": torch.tensor(3), "w": torch.ones(2), "num_samples": 1},
+        1: {"b": torch.tensor(5), "w": torch.zeros(2), "num_samples": 3},
+    }
     out = weighted_mean(replies, ["b", "w"])
     assert out["b"].item() == 3 and torch.allclose(out["w"], torch.full((2,), 0.25))
 

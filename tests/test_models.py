@@ -1,4 +1,5 @@
 """Model zoo: pinned parameter counts, the body/head split, ResNet stems, determinism and config errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,8 +40,16 @@ SUPPORTED = [
 
 
 def test_names_and_options():
-    assert MODEL_NAMES == ("fedavgcnn", "fedpac-fmnist", "fedpac-cifar", "resnet18", "mlp", "smallcnn",
-                           "resnet18-adapter", "small-resnet-adapter")
+    assert MODEL_NAMES == (
+        "fedavgcnn",
+        "fedpac-fmnist",
+        "fedpac-cifar",
+        "resnet18",
+        "mlp",
+        "smallcnn",
+        "resnet18-adapter",
+        "small-resnet-adapter",
+    )
     assert model_options("resnet18") == {"stem": "imagenet"}
     assert model_options("mlp") == {"hidden": 128}
     assert all(model_options(n) == {} for n in ("fedavgcnn", "fedpac-fmnist", "fedpac-cifar", "smallcnn"))
@@ -48,24 +57,31 @@ def test_names_and_options():
     assert model_options("mlp") == {"hidden": 128}
 
 
-@pytest.mark.parametrize("name, shape, classes, expected", [
-    ("fedavgcnn", (1, 28, 28), 10, 582_026),
-    ("fedavgcnn", (3, 32, 32), 10, 878_538),
-    ("resnet18", (3, 224, 224), 1000, 11_689_512),
-    ("resnet18", (3, 32, 32), 10, 11_181_642),
-    # the CIFAR-100 builds the papers use: FedAvgCNN for PGFedSplit, ResNet-18 (not pretrained) for FedAFK's Table 3
-    ("fedavgcnn", (3, 32, 32), 100, 878_538 - linear(512, 10) + linear(512, 100)),
-    ("resnet18", (3, 32, 32), 100, 11_227_812),  # torchvision's resnet18(num_classes=100)
-    # FedPAC CNN_FMNIST: conv1 1->16 k5, conv2 16->32 k5, fc1 800->128, fc2 128->10
-    ("fedpac-fmnist", (1, 28, 28), 10, conv(1, 16, 5) + conv(16, 32, 5) + linear(800, 128) + linear(128, 10)),
-    # FedPAC CifarCNN: conv1 3->16 k5, conv2 16->32 k5, conv3 32->64 k3, fc1 576->128, fc2 128->10
-    ("fedpac-cifar", (3, 32, 32), 10,
-     conv(3, 16, 5) + conv(16, 32, 5) + conv(32, 64, 3) + linear(576, 128) + linear(128, 10)),
-    # mlp on 8x8 digits: 64->128->128->10
-    ("mlp", (1, 8, 8), 10, linear(64, 128) + linear(128, 128) + linear(128, 10)),
-    # smallcnn on 8x8: conv 1->16 k3, conv 16->32 k3, two 2x2 pools leave 32x2x2=128, fc 128->128, head 128->10
-    ("smallcnn", (1, 8, 8), 10, conv(1, 16, 3) + conv(16, 32, 3) + linear(128, 128) + linear(128, 10)),
-])
+@pytest.mark.parametrize(
+    "name, shape, classes, expected",
+    [
+        ("fedavgcnn", (1, 28, 28), 10, 582_026),
+        ("fedavgcnn", (3, 32, 32), 10, 878_538),
+        ("resnet18", (3, 224, 224), 1000, 11_689_512),
+        ("resnet18", (3, 32, 32), 10, 11_181_642),
+        # the CIFAR-100 builds the papers use: FedAvgCNN for PGFedSplit, ResNet-18 (not pretrained) for FedAFK's Table 3
+        ("fedavgcnn", (3, 32, 32), 100, 878_538 - linear(512, 10) + linear(512, 100)),
+        ("resnet18", (3, 32, 32), 100, 11_227_812),  # torchvision's resnet18(num_classes=100)
+        # FedPAC CNN_FMNIST: conv1 1->16 k5, conv2 16->32 k5, fc1 800->128, fc2 128->10
+        ("fedpac-fmnist", (1, 28, 28), 10, conv(1, 16, 5) + conv(16, 32, 5) + linear(800, 128) + linear(128, 10)),
+        # FedPAC CifarCNN: conv1 3->16 k5, conv2 16->32 k5, conv3 32->64 k3, fc1 576->128, fc2 128->10
+        (
+            "fedpac-cifar",
+            (3, 32, 32),
+            10,
+            conv(3, 16, 5) + conv(16, 32, 5) + conv(32, 64, 3) + linear(576, 128) + linear(128, 10),
+        ),
+        # mlp on 8x8 digits: 64->128->128->10
+        ("mlp", (1, 8, 8), 10, linear(64, 128) + linear(128, 128) + linear(128, 10)),
+        # smallcnn on 8x8: conv 1->16 k3, conv 16->32 k3, two 2x2 pools leave 32x2x2=128, fc 128->128, head 128->10
+        ("smallcnn", (1, 8, 8), 10, conv(1, 16, 3) + conv(16, 32, 3) + linear(128, 128) + linear(128, 10)),
+    ],
+)
 def test_parameter_counts(name, shape, classes, expected):
     assert n_params(build_model(name, shape, classes)) == expected
 
@@ -116,12 +132,15 @@ def test_feature_dims_and_activations():
     assert slopes == [0.01] * 4
 
 
-@pytest.mark.parametrize("stem, shape, stem_side, final_side", [
-    ("imagenet", (3, 32, 32), 8, 1),
-    ("imagenet", (3, 64, 64), 16, 2),
-    ("cifar", (3, 32, 32), 32, 4),
-    ("cifar", (3, 64, 64), 64, 8),
-])
+@pytest.mark.parametrize(
+    "stem, shape, stem_side, final_side",
+    [
+        ("imagenet", (3, 32, 32), 8, 1),
+        ("imagenet", (3, 64, 64), 16, 2),
+        ("cifar", (3, 32, 32), 32, 4),
+        ("cifar", (3, 64, 64), 64, 8),
+    ],
+)
 def test_resnet_stems(stem, shape, stem_side, final_side):
     torch.manual_seed(0)
     model = build_model("resnet18", shape, 10, stem=stem).eval()
@@ -170,12 +189,15 @@ def test_unknown_name_lists_valid_names():
         assert all(n in str(err.value) for n in MODEL_NAMES)
 
 
-@pytest.mark.parametrize("name, shape, smallest", [
-    ("fedavgcnn", (1, 8, 8), 16),
-    ("fedpac-fmnist", (1, 8, 8), 12),
-    ("fedpac-cifar", (3, 12, 32), 16),
-    ("smallcnn", (1, 1, 60), 4),
-])
+@pytest.mark.parametrize(
+    "name, shape, smallest",
+    [
+        ("fedavgcnn", (1, 8, 8), 16),
+        ("fedpac-fmnist", (1, 8, 8), 12),
+        ("fedpac-cifar", (3, 12, 32), 16),
+        ("smallcnn", (1, 1, 60), 4),
+    ],
+)
 def test_too_small_input_names_minimum(name, shape, smallest):
     with pytest.raises(ConfigError) as err:
         build_model(name, shape, 10)
@@ -186,14 +208,17 @@ def test_too_small_input_names_minimum(name, shape, smallest):
     assert build_model(name, bigger, 10)(torch.randn(1, *bigger)).shape == (1, 10)
 
 
-@pytest.mark.parametrize("name, shape, classes, options, fragment", [
-    ("fedavgcnn", (28, 28), 10, {}, "input_shape"),
-    ("mlp", (1, 8, 8), 0, {}, "num_classes"),
-    ("mlp", (1, 8, 8), 10, {"width": 4}, "hidden (default 128)"),
-    ("fedavgcnn", (1, 28, 28), 10, {"hidden": 4}, "valid options: none"),
-    ("mlp", (1, 8, 8), 10, {"hidden": 0}, "hidden"),
-    ("resnet18", (3, 32, 32), 10, {"stem": "tiny"}, "imagenet, cifar"),
-])
+@pytest.mark.parametrize(
+    "name, shape, classes, options, fragment",
+    [
+        ("fedavgcnn", (28, 28), 10, {}, "input_shape"),
+        ("mlp", (1, 8, 8), 0, {}, "num_classes"),
+        ("mlp", (1, 8, 8), 10, {"width": 4}, "hidden (default 128)"),
+        ("fedavgcnn", (1, 28, 28), 10, {"hidden": 4}, "valid options: none"),
+        ("mlp", (1, 8, 8), 10, {"hidden": 0}, "hidden"),
+        ("resnet18", (3, 32, 32), 10, {"stem": "tiny"}, "imagenet, cifar"),
+    ],
+)
 def test_bad_arguments(name, shape, classes, options, fragment):
     with pytest.raises(ConfigError) as err:
         build_model(name, shape, classes, **options)

@@ -1,4 +1,5 @@
 """Partition schemes, train/test protocols, label counts and the partition heatmap."""
+
 from __future__ import annotations
 
 import time
@@ -37,6 +38,7 @@ def assert_disjoint(parts: list[np.ndarray], total: int | None = None) -> None:
 
 # --- properties of the schemes ------------------------------------------------------------------------------------
 
+
 @FAST
 @given(classes=st.integers(1, 12), per_class=st.integers(1, 40), clients=st.integers(1, 20), seed=st.integers(0, 2**31))
 def test_iid_splits_everything_evenly(classes, per_class, clients, seed):
@@ -49,8 +51,14 @@ def test_iid_splits_everything_evenly(classes, per_class, clients, seed):
 
 
 @FAST
-@given(classes=st.integers(1, 12), per_class=st.integers(10, 60), clients=st.integers(1, 15),
-       beta=st.floats(0.05, 5.0), min_frac=st.floats(0.0, 0.5), seed=st.integers(0, 2**31))
+@given(
+    classes=st.integers(1, 12),
+    per_class=st.integers(10, 60),
+    clients=st.integers(1, 15),
+    beta=st.floats(0.05, 5.0),
+    min_frac=st.floats(0.0, 0.5),
+    seed=st.integers(0, 2**31),
+)
 def test_dirichlet_assigns_everything_and_meets_the_minimum(classes, per_class, clients, beta, min_frac, seed):
     labels = make_labels(classes, per_class)
     minimum = int(min_frac * len(labels) / clients)
@@ -64,8 +72,14 @@ def test_dirichlet_assigns_everything_and_meets_the_minimum(classes, per_class, 
 
 
 @FAST
-@given(classes=st.integers(2, 12), clients=st.integers(1, 25), cpc=st.integers(1, 12), balanced=st.booleans(),
-       per_class=st.integers(25, 80), seed=st.integers(0, 2**31))
+@given(
+    classes=st.integers(2, 12),
+    clients=st.integers(1, 25),
+    cpc=st.integers(1, 12),
+    balanced=st.booleans(),
+    per_class=st.integers(25, 80),
+    seed=st.integers(0, 2**31),
+)
 def test_pathological_gives_each_client_exactly_cpc_classes(classes, clients, cpc, balanced, per_class, seed):
     assume(cpc <= classes and clients * cpc >= classes)
     labels = make_labels(classes, per_class)
@@ -99,8 +113,9 @@ def test_pathological_spreads_leftovers_instead_of_piling_them_on_one_client():
 @given(clients=st.integers(1, 20), per_client=st.integers(1, 100), share=st.floats(0.0, 1.0), seed=st.integers(0, 99))
 def test_dominant_classes_hold_the_non_uniform_share(clients, per_client, share, seed):
     labels = make_labels(10, 400)  # enough: a class is dominant in 2 groups of at most 4 clients each
-    parts = partition_labels(labels, "dominant-classes", clients, seed, samples_per_client=per_client,
-                             uniform_share=share)
+    parts = partition_labels(
+        labels, "dominant-classes", clients, seed, samples_per_client=per_client, uniform_share=share
+    )
     assert_disjoint(parts)
     counts = label_counts(labels, parts, 10)
     uniform = int(np.floor(share * per_client + 0.5))
@@ -115,8 +130,9 @@ def test_dominant_classes_hold_the_non_uniform_share(clients, per_client, share,
 
 def test_dominant_classes_generalizes_and_reports_the_class_that_ran_out():
     labels = make_labels(7, 100)
-    counts = label_counts(labels, partition_labels(labels, "dominant-classes", 6, 0, samples_per_client=30,
-                                                    uniform_share=0.0), 7)
+    counts = label_counts(
+        labels, partition_labels(labels, "dominant-classes", 6, 0, samples_per_client=30, uniform_share=0.0), 7
+    )
     for i, row in enumerate(counts):  # 7 // 2 = 3 groups: {0,1,2}, {2,3,4}, {4,5,6}
         assert set(np.flatnonzero(row)) == {(2 * (i % 3) + j) % 7 for j in range(3)}
     scarce = np.concatenate([np.repeat([0, 1, 2, 3, 5, 6, 7, 8, 9], 100), np.full(5, 4)])
@@ -136,6 +152,7 @@ def test_same_seed_same_partition_other_seed_other_partition(scheme):
 
 
 # --- the Dirichlet redraw loop terminates ---------------------------------------------------------------------------
+
 
 def test_unreachable_minimum_raises_quickly_with_the_best_reached():
     labels = np.random.default_rng(0).integers(0, 10, 1000)
@@ -167,16 +184,20 @@ def test_dirichlet_at_benchmark_scale_is_fast_and_meets_the_default():
 
 # --- input errors ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("labels, kwargs, message", [
-    (make_labels(3, 5), dict(scheme="dirichlett"), "unknown partition scheme"),
-    (make_labels(3, 5).astype(float), {}, "integer class ids"),
-    (np.array([0, -1, 2]), {}, "negative"),
-    (make_labels(3, 5), dict(num_classes=2), "num_classes"),
-    (make_labels(3, 5), dict(scheme="pathological", classes_per_client=4), "classes_per_client=4"),
-    (make_labels(10, 5), dict(scheme="pathological", num_clients=2), "cannot cover"),
-    (make_labels(3, 5), dict(scheme="iid", num_clients=20), "at most 15"),
-    (make_labels(3, 5), dict(seed=-1), "seed"),
-])
+
+@pytest.mark.parametrize(
+    "labels, kwargs, message",
+    [
+        (make_labels(3, 5), dict(scheme="dirichlett"), "unknown partition scheme"),
+        (make_labels(3, 5).astype(float), {}, "integer class ids"),
+        (np.array([0, -1, 2]), {}, "negative"),
+        (make_labels(3, 5), dict(num_classes=2), "num_classes"),
+        (make_labels(3, 5), dict(scheme="pathological", classes_per_client=4), "classes_per_client=4"),
+        (make_labels(10, 5), dict(scheme="pathological", num_clients=2), "cannot cover"),
+        (make_labels(3, 5), dict(scheme="iid", num_clients=20), "at most 15"),
+        (make_labels(3, 5), dict(seed=-1), "seed"),
+    ],
+)
 def test_user_errors_name_the_problem(labels, kwargs, message):
     args = dict(scheme="dirichlet", num_clients=2, seed=0, min_samples=0) | kwargs
     with pytest.raises(DataError, match=message):
@@ -185,9 +206,13 @@ def test_user_errors_name_the_problem(labels, kwargs, message):
 
 # --- train/test protocols -------------------------------------------------------------------------------------------
 
+
 @FAST
-@given(sizes=st.lists(st.integers(0, 50), min_size=1, max_size=10), fraction=st.floats(0.01, 0.99),
-       seed=st.integers(0, 2**31))
+@given(
+    sizes=st.lists(st.integers(0, 50), min_size=1, max_size=10),
+    fraction=st.floats(0.01, 0.99),
+    seed=st.integers(0, 2**31),
+)
 def test_split_train_test_fractions_and_disjointness(sizes, fraction, seed):
     bounds = np.cumsum([0, *sizes])
     clients = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -214,8 +239,9 @@ def test_draw_test_like_follows_training_proportions(clients, per_client, seed):
         assert got.sum() == size
         assert np.all(np.abs(got - size * row / row.sum()) < 1)  # within one sample per class
         assert len(np.unique(idx)) == len(idx)  # without replacement within a client
-    assert all(np.array_equal(a, b) for a, b in zip(drawn, draw_test_like(train, parts, test, seed,
-                                                                          per_client=per_client)))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(drawn, draw_test_like(train, parts, test, seed, per_client=per_client))
+    )
 
 
 def test_draw_test_like_ratio_and_shortage():
@@ -234,6 +260,7 @@ def test_label_counts_matches_a_loop():
 
 
 # --- heatmap --------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("clients, classes", [(3, 10), (500, 100)])
 def test_heatmap_writes_a_png(tmp_path, clients, classes):
@@ -261,8 +288,12 @@ def test_data_fraction_keeps_each_class_share_of_each_split_seeded():
         np.testing.assert_array_equal(np.bincount(part_y.numpy(), minlength=10), expected)
     assert torch.equal(keep_fraction(source, 0.2, seed=0).train_x, small.train_x)
     assert not torch.equal(keep_fraction(source, 0.2, seed=1).train_x, small.train_x)
-    config = build_config({"data": {"dataset": "synthetic", "fraction": 0.2}, "partition": {"scheme": "iid", "clients": 4}})
-    assert sum(build_federated(config).train_sizes()) + sum(build_federated(config).test_sizes()) == len(small.train_y) + len(small.test_y)
+    config = build_config(
+        {"data": {"dataset": "synthetic", "fraction": 0.2}, "partition": {"scheme": "iid", "clients": 4}}
+    )
+    assert sum(build_federated(config).train_sizes()) + sum(build_federated(config).test_sizes()) == len(
+        small.train_y
+    ) + len(small.test_y)
 
 
 def test_dominant_classes_can_deal_a_class_again_as_fedpacs_code_does():

@@ -1,4 +1,5 @@
 """PGFedSplit: the period rule, synthetic embeddings, the alpha solver, the adaptation gap, missed broadcasts."""
+
 from __future__ import annotations
 
 import csv
@@ -35,16 +36,20 @@ def test_synthetic_embeddings_follow_counts_label_shares_and_the_class_gaussians
     variances = torch.tensor([[0.25, 1.0], [4.0, 0.01], [1.0, 1.0]], dtype=torch.float64)
     scales = variance_scales(shares, "label")
     torch.testing.assert_close(scales[:2], torch.tensor([0.3, 0.7]) / 0.5)  # (1 - q) over its mean on present classes
-    z, y = synthetic_embeddings(shares, 30000, 0.5, means, variances, torch.tensor([True, True, True]),
-                                scales, torch.Generator().manual_seed(0))
+    z, y = synthetic_embeddings(
+        shares, 30000, 0.5, means, variances, torch.tensor([True, True, True]), scales, torch.Generator().manual_seed(0)
+    )
     assert len(y) == math.ceil(0.5 / 0.5 * 30000) and not bool((y == 2).any())  # labels only from held classes
     assert abs(float((y == 0).double().mean()) - 0.7) < 0.01
     for k in (0, 1):
         zk = z[y == k]
         torch.testing.assert_close(zk.mean(0), means[k], atol=0.05, rtol=0)
-        torch.testing.assert_close(zk.var(0), scales[k].double() * variances[k], atol=0.03 * float(variances[k].max() * 2), rtol=0.05)
-    z, y = synthetic_embeddings(shares, 10, 0.75, means, variances, torch.tensor([True, False, False]), scales,
-                                torch.Generator().manual_seed(1))
+        torch.testing.assert_close(
+            zk.var(0), scales[k].double() * variances[k], atol=0.03 * float(variances[k].max() * 2), rtol=0.05
+        )
+    z, y = synthetic_embeddings(
+        shares, 10, 0.75, means, variances, torch.tensor([True, False, False]), scales, torch.Generator().manual_seed(1)
+    )
     assert bool((y == 0).all()) and len(y) <= 30  # ceil(3 * 10) drawn, those without statistics dropped
 
 
@@ -100,9 +105,15 @@ def test_the_server_aggregates_heads_every_period_and_a_client_that_missed_one_g
 def test_apa_moves_the_period_only_in_rounds_where_a_head_was_delivered():
     method = make("pgfedsplit", params={"period_init": 3})
     server = {**method.init_server(), "alpha_prev": 0.5, "counter": 1}
-    reply = {"body.0.weight": torch.zeros(3, 4), "body.0.bias": torch.zeros(3), "head.weight": torch.zeros(2, 3),
-             "head.bias": torch.zeros(2), "protos": torch.zeros(2, 3), "proto_counts": torch.tensor([1, 1]),
-             "num_samples": 4}
+    reply = {
+        "body.0.weight": torch.zeros(3, 4),
+        "body.0.bias": torch.zeros(3),
+        "head.weight": torch.zeros(2, 3),
+        "head.bias": torch.zeros(2),
+        "protos": torch.zeros(2, 3),
+        "proto_counts": torch.tensor([1, 1]),
+        "num_samples": 4,
+    }
     assert method.aggregate(server, {0: reply}, 7)["period"] == 3  # no alpha came back: unchanged
     after = method.aggregate(server, {0: {**reply, "alpha": 0.8}, 1: {**reply, "alpha": 0.6}}, 7)
     assert after["period"] == 2 and after["alpha_prev"] == pytest.approx(0.7)
@@ -111,8 +122,9 @@ def test_apa_moves_the_period_only_in_rounds_where_a_head_was_delivered():
 
 @pytest.mark.parametrize("name", ["pgfedsplit", "pgfedsplit-no-both"])
 def test_pgfedsplit_runs_through_the_engine(tmp_path, name):
-    summary = run_experiment(synthetic(method={"name": name, "period_init": 2}, train={"rounds": 6}), tmp_path,
-                             progress=False)
+    summary = run_experiment(
+        synthetic(method={"name": name, "period_init": 2}, train={"rounds": 6}), tmp_path, progress=False
+    )
     assert summary["last_acc"] > 0.5
     rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))[:-1]  # the last round only evaluates
     periods = [float(r["period"]) for r in rows]
@@ -138,4 +150,5 @@ def test_the_prototype_term_in_both_readings_of_eq_14(distance):
     assert float(got) == pytest.approx(squared_norm if distance == "squared-norm" else squared_norm / 3)
     # a class without a global prototype adds nothing
     assert float(prototype_distance(z, labels, protos, torch.tensor([False, True]), distance)) == pytest.approx(
-        (2 + 3) / 3 / (1 if distance == "squared-norm" else 3))
+        (2 + 3) / 3 / (1 if distance == "squared-norm" else 3)
+    )

@@ -1,5 +1,6 @@
 """A method in the user's own file (docs/writing-a-method.md): found by `method.module` or an entry point, run,
 resumed and compared without editing pfedkit; the FedAvgM example checked against a hand computation."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,7 +49,9 @@ def test_fedavgm_two_server_steps_equal_a_hand_computation():
         w = {k: w[k] - lr * v[k] for k in w}
         server = method.aggregate(server, replies, round)
         for k in w:
-            assert torch.allclose(server[k], w[k], atol=1e-6) and torch.allclose(server["server_momentum." + k], v[k], atol=1e-6)
+            assert torch.allclose(server[k], w[k], atol=1e-6) and torch.allclose(
+                server["server_momentum." + k], v[k], atol=1e-6
+            )
     payload = method.payload(server, 2, 0)
     assert not any(k.startswith("server_momentum.") for k in payload)  # the momentum never leaves the server
 
@@ -66,16 +69,34 @@ def test_a_method_of_ones_own_runs_resumes_and_compares_from_the_command_line(tm
     config = tmp_path / "fedavgm.toml"
     config.write_text(dump_toml(fedavgm_raw()))
     runner = CliRunner()
-    done = runner.invoke(main, ["run", str(config), "--out", str(tmp_path / "run"), "--quiet", "--set", "train.rounds=2"])
+    done = runner.invoke(
+        main, ["run", str(config), "--out", str(tmp_path / "run"), "--quiet", "--set", "train.rounds=2"]
+    )
     assert done.exit_code == 0, done.output
     assert f'module = "{EXAMPLE}"' in (tmp_path / "run" / "config.toml").read_text()  # recorded for resume
-    done = runner.invoke(main, ["run", "--out", str(tmp_path / "run"), "--resume", "--set", "train.rounds=4", "--quiet"])
+    done = runner.invoke(
+        main, ["run", "--out", str(tmp_path / "run"), "--resume", "--set", "train.rounds=4", "--quiet"]
+    )
     assert done.exit_code == 0, done.output
     simulate(build_config(fedavgm_raw()), tmp_path / "straight", progress=False)
     got, want = read_csv(tmp_path / "run" / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
     assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
-    done = runner.invoke(main, ["compare", str(config), "--methods", "fedavgm,fedavg", "--seeds", "1",
-                                "--out", str(tmp_path / "cmp"), "--quiet", "--set", "train.rounds=2"])
+    done = runner.invoke(
+        main,
+        [
+            "compare",
+            str(config),
+            "--methods",
+            "fedavgm,fedavg",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path / "cmp"),
+            "--quiet",
+            "--set",
+            "train.rounds=2",
+        ],
+    )
     assert done.exit_code == 0, done.output
     assert "fedavgm" in (tmp_path / "cmp" / "table.md").read_text()
 
@@ -85,8 +106,9 @@ def test_worker_processes_take_the_users_method_too(tmp_path):
     raw["run"]["workers"] = 2
     simulate(build_config(raw), tmp_path / "two", progress=False)
     simulate(build_config(fedavgm_raw()), tmp_path / "one", progress=False)
-    assert read_csv(tmp_path / "two" / "metrics.csv") != [] and [r["acc"] for r in read_csv(tmp_path / "two" / "metrics.csv")] \
-        == [r["acc"] for r in read_csv(tmp_path / "one" / "metrics.csv")]
+    assert read_csv(tmp_path / "two" / "metrics.csv") != [] and [
+        r["acc"] for r in read_csv(tmp_path / "two" / "metrics.csv")
+    ] == [r["acc"] for r in read_csv(tmp_path / "one" / "metrics.csv")]
 
 
 def test_an_unknown_method_says_how_to_plug_one_in_and_a_bad_module_says_why():
@@ -105,7 +127,9 @@ def test_an_installed_entry_point_is_found(monkeypatch, tmp_path):
     module.write_text(EXAMPLE.read_text().replace('name = "fedavgm"', 'name = "fedavgm-installed"'))
     monkeypatch.syspath_prepend(str(tmp_path))
     point = EntryPoint(name="fedavgm-installed", value="entry_point_method", group="pfedkit.methods")
-    monkeypatch.setattr("importlib.metadata.entry_points", lambda group=None: [point] if group == "pfedkit.methods" else [])
+    monkeypatch.setattr(
+        "importlib.metadata.entry_points", lambda group=None: [point] if group == "pfedkit.methods" else []
+    )
     config = build_config({"method": {"name": "fedavgm-installed"}})
     assert config.method.name == "fedavgm-installed" and "fedavgm-installed" in METHODS
 
@@ -125,8 +149,19 @@ def test_the_python_api_gives_the_numbers_of_the_command_line(tmp_path):
 def test_one_import_serves_a_method():
     from pfedkit import methods
 
-    for name in ("Method", "register", "HyperParams", "PartSharing", "State", "ClientData", "LocalPlan", "Phase",
-                 "select", "weighted_mean", "variant"):
+    for name in (
+        "Method",
+        "register",
+        "HyperParams",
+        "PartSharing",
+        "State",
+        "ClientData",
+        "LocalPlan",
+        "Phase",
+        "select",
+        "weighted_mean",
+        "variant",
+    ):
         assert hasattr(methods, name), name
 
 
@@ -149,8 +184,11 @@ def test_a_module_file_named_in_a_config_file_is_found_beside_that_file(tmp_path
     assert config.method.module == str(folder / "beside.py")
 
 
-PART_SHARING = sorted(n for n, cls in METHODS.items() if issubclass(cls, pfedkit.methods.PartSharing)
-                      and cls.broadcast is pfedkit.methods.PartSharing.broadcast)
+PART_SHARING = sorted(
+    n
+    for n, cls in METHODS.items()
+    if issubclass(cls, pfedkit.methods.PartSharing) and cls.broadcast is pfedkit.methods.PartSharing.broadcast
+)
 
 
 @pytest.mark.parametrize("name", PART_SHARING)
@@ -164,8 +202,12 @@ def test_a_part_sharing_method_still_sends_its_whole_server_state_after_a_round(
     for round in range(2):
         payload = method.payload(server, round, 0)
         assert set(payload) == {k for k in server if not method.is_server_only(k)}, name
-        replies = {cid: method.local_update(method.payload(server, round, cid), method.init_client(cid, tiny_data(cid)),
-                                            tiny_data(cid), round)[0] for cid in range(2)}
+        replies = {
+            cid: method.local_update(
+                method.payload(server, round, cid), method.init_client(cid, tiny_data(cid)), tiny_data(cid), round
+            )[0]
+            for cid in range(2)
+        }
         server = method.aggregate(server, replies, round)
 
 
@@ -175,10 +217,16 @@ def test_server_only_keys_are_never_broadcast(name):
     PGFedSplit's period schedule: none reaches a client, whatever broadcast returns."""
     from tests.conftest import make
 
-    method = make_fedavgm() if name == "fedavgm" else make(name, params={"period_init": 1} if name == "pgfedsplit" else None)
+    method = (
+        make_fedavgm() if name == "fedavgm" else make(name, params={"period_init": 1} if name == "pgfedsplit" else None)
+    )
     server = method.init_server()
-    replies = {cid: method.local_update(method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid)),
-                                        tiny_data(cid), 0)[0] for cid in range(2)}
+    replies = {
+        cid: method.local_update(
+            method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid)), tiny_data(cid), 0
+        )[0]
+        for cid in range(2)
+    }
     server = method.aggregate(server, replies, 0)
     kept = [k for k in server if method.is_server_only(k)]
     assert kept, f"{name} holds no server-only state to test"

@@ -1,4 +1,5 @@
 """The Ray backend: the same run ends with the same metrics as on the local backend, also when an actor dies."""
+
 from __future__ import annotations
 
 import threading
@@ -38,8 +39,11 @@ def metrics(folder):
 @pytest.mark.parametrize("method", ["fedavg", "fedper"])
 def test_ray_and_local_backends_end_with_the_same_metrics(tmp_path, local_ray, method):
     for backend in ("local", "ray"):
-        simulate(synthetic(method={"name": method}, train={"rounds": 3}, run={"workers": 2, "backend": backend}),
-                 tmp_path / backend, progress=False)
+        simulate(
+            synthetic(method={"name": method}, train={"rounds": 3}, run={"workers": 2, "backend": backend}),
+            tmp_path / backend,
+            progress=False,
+        )
     assert metrics(tmp_path / "ray") == metrics(tmp_path / "local")
     assert (tmp_path / "ray" / "checkpoint.pt").exists()
 
@@ -74,7 +78,9 @@ def test_a_node_with_other_code_fails_before_round_0(tmp_path, local_ray, monkey
 
     # the driver pretends to run another pfedkit; the actors report what they really run
     monkeypatch.setattr(executor, "software", lambda: {"pfedkit": "9.9.9 (edited)", "torch": "0.0"})
-    with pytest.raises(PfedkitError, match=r"runs pfedkit 0\.1\.0 .* this driver pfedkit 9\.9\.9 .* install this version"):
+    with pytest.raises(
+        PfedkitError, match=r"runs pfedkit 0\.1\.0 .* this driver pfedkit 9\.9\.9 .* install this version"
+    ):
         simulate(synthetic(run={"workers": 2, "backend": "ray"}), tmp_path, progress=False)
     assert not (tmp_path / "metrics.csv").exists()
 
@@ -88,9 +94,8 @@ def test_a_gpu_request_the_cluster_cannot_meet_fails_before_round_0(tmp_path, lo
 
 @pytest.mark.slow
 def test_a_method_of_ones_own_runs_on_ray_actors_that_do_not_have_its_file(tmp_path, local_ray):
-    from tests.test_plugin import fedavgm_raw
-
     from pfedkit.registry import build_config
+    from tests.test_plugin import fedavgm_raw
 
     for backend in ("local", "ray"):
         raw = fedavgm_raw()

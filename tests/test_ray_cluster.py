@@ -1,5 +1,6 @@
 """The Ray backend on a cluster of two nodes on this machine (`ray start --head`, then `ray start --address`): the
 work spreads over both nodes and the run ends with the local backend's metrics."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,15 @@ def two_nodes(monkeypatch):
     env = dict(os.environ)
     address = f"127.0.0.1:{free_port()}"
     try:
-        head = ray_cli("start", "--head", f"--port={address.split(':')[1]}", "--num-cpus=1", "--include-dashboard=false",
-                       "--disable-usage-stats", env=env)
+        head = ray_cli(
+            "start",
+            "--head",
+            f"--port={address.split(':')[1]}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            env=env,
+        )
         assert head.returncode == 0, head.stderr[-2000:]
         node = ray_cli("start", f"--address={address}", "--num-cpus=1", env=env)
         assert node.returncode == 0, node.stderr[-2000:]
@@ -83,8 +91,13 @@ print(json.dumps({{"same": same, "actor_nodes": nodes, "alive_nodes": alive}}))
 @pytest.mark.slow
 def test_two_nodes_spread_the_work_and_end_with_the_local_metrics(tmp_path, two_nodes):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_DISABLE_USAGE_STATS": "1"}
-    done = subprocess.run([sys.executable, "-c", DRIVER.format(repo=str(REPO)), two_nodes, str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER.format(repo=str(REPO)), two_nodes, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["same"] == {"fedavg": True, "fedper": True}  # the same metrics as the local backend

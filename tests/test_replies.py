@@ -1,4 +1,5 @@
 """Replies taken as they arrive (run.reply_memory_mb): folded into a running mean, or kept on disk, never changing a number."""
+
 from __future__ import annotations
 
 import random
@@ -16,8 +17,14 @@ from tests.test_engine import COMPARED, synthetic
 
 def some_replies(count: int = 7) -> dict[int, dict]:
     gen = torch.Generator().manual_seed(0)
-    return {cid: {"w": torch.randn(5, 3, generator=gen), "steps": torch.tensor(cid + 10),
-                  "num_samples": int(torch.randint(1, 50, (1,), generator=gen))} for cid in range(3, 3 + count)}
+    return {
+        cid: {
+            "w": torch.randn(5, 3, generator=gen),
+            "steps": torch.tensor(cid + 10),
+            "num_samples": int(torch.randint(1, 50, (1,), generator=gen)),
+        }
+        for cid in range(3, 3 + count)
+    }
 
 
 def held_mean(replies: dict[int, dict]) -> dict:

@@ -1,4 +1,5 @@
 """`pfedkit reproduce`: suites run every cell they can, skip finished runs, and report missing data."""
+
 from __future__ import annotations
 
 import csv
@@ -23,17 +24,27 @@ from reproduce import results_folder  # noqa: E402  (benchmarks/reproduce.py: wh
 TINY = Suite(
     name="tiny",
     paper="a tiny table",
-    base={"data": {"dataset": "synthetic", "options": {"samples": 400, "test_samples": 100}},
-          "partition": {"scheme": "iid", "clients": 3}, "model": {"name": "mlp"},
-          "train": {"rounds": 50, "batch_size": 20}, "run": {"workers": 1}},
-    columns={"a": Column("A", {}, {"fedavg": 50.0}),
-             "b": Column("B", {"partition": {"clients": 4}}, rows=("fedavg",)),
-             "gone": Column("needs MNIST", {"data": {"dataset": "mnist", "options": {}}})},
+    base={
+        "data": {"dataset": "synthetic", "options": {"samples": 400, "test_samples": 100}},
+        "partition": {"scheme": "iid", "clients": 3},
+        "model": {"name": "mlp"},
+        "train": {"rounds": 50, "batch_size": 20},
+        "run": {"workers": 1},
+    },
+    columns={
+        "a": Column("A", {}, {"fedavg": 50.0}),
+        "b": Column("B", {"partition": {"clients": 4}}, rows=("fedavg",)),
+        "gone": Column("needs MNIST", {"data": {"dataset": "mnist", "options": {}}}),
+    },
     rows=("fedavg", "fedper", "fedper-lr0.2"),
-    scales={"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds", row_changes={"fedavg": {"train": {"rounds": 3}}}),
-            "full": Scale({}, 0, "50 rounds")},
-    row_changes={"fedper": {"train": {"lr": 0.05}},
-                 "fedper-lr0.2": {"method": {"name": "fedper"}, "train": {"lr": 0.2}}},  # a variant row
+    scales={
+        "small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds", row_changes={"fedavg": {"train": {"rounds": 3}}}),
+        "full": Scale({}, 0, "50 rounds"),
+    },
+    row_changes={
+        "fedper": {"train": {"lr": 0.05}},
+        "fedper-lr0.2": {"method": {"name": "fedper"}, "train": {"lr": 0.2}},
+    },  # a variant row
 )
 
 
@@ -63,8 +74,12 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     # no per-column table of whichever cell ran last: the suite's table.csv covers every finished run
     assert not any((tmp_path / "a" / name).exists() for name in ("table.md", "results.csv", "curves.png"))
     rows = list(csv.DictReader((tmp_path / "table.csv").open()))
-    assert {(r["column"], r["method"]) for r in rows} == {("a", "fedavg"), ("a", "fedper"), ("a", "fedper-lr0.2"),
-                                                          ("b", "fedavg")}
+    assert {(r["column"], r["method"]) for r in rows} == {
+        ("a", "fedavg"),
+        ("a", "fedper"),
+        ("a", "fedper-lr0.2"),
+        ("b", "fedavg"),
+    }
     variant = tomllib.loads((tmp_path / "a" / "fedper-lr0.2" / "seed0" / "config.toml").read_text())
     assert variant["method"]["name"] == "fedper" and variant["train"]["lr"] == 0.2  # its own folder, its own setting
     best = json.loads((tmp_path / "a" / "fedavg" / "seed0" / "summary.json").read_text())["best_acc"]
@@ -89,12 +104,23 @@ def test_a_finished_run_with_another_config_stops_the_suite_before_anything_trai
     run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedper"], progress=False)
     calls = []
     monkeypatch.setattr("pfedkit.experiments.runs.simulate", lambda *a, **k: calls.append(a))
-    with pytest.raises(ConfigError, match=r"(?s)a/fedper/seed0 was run with another config \(train\.lr: 0\.05 -> 0\.3\).*delete"):
-        run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedavg", "fedper"], overrides=["train.lr=0.3"], progress=False)
+    with pytest.raises(
+        ConfigError, match=r"(?s)a/fedper/seed0 was run with another config \(train\.lr: 0\.05 -> 0\.3\).*delete"
+    ):
+        run_suite(
+            TINY, out=tmp_path, columns=["a"], rows=["fedavg", "fedper"], overrides=["train.lr=0.3"], progress=False
+        )
     assert calls == [] and not (tmp_path / "a" / "fedavg").exists()  # fedavg, first in order, did not start
     # where the data lies and how many workers ran it do not change a result: the finished run is reused
-    run_suite(TINY, out=tmp_path, columns=["a"], rows=["fedper"], data_root=str(tmp_path / "elsewhere"), workers=2,
-              progress=False)
+    run_suite(
+        TINY,
+        out=tmp_path,
+        columns=["a"],
+        rows=["fedper"],
+        data_root=str(tmp_path / "elsewhere"),
+        workers=2,
+        progress=False,
+    )
     assert calls == []
 
 
@@ -124,8 +150,13 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
         (run / "summary.json").write_text("{}")
         (run / "metrics.csv").write_text("round,acc\n" + "".join(f"{r},{acc}\n" for r in range(5)))
 
-    accs = {"heart-pfl": (0.92, 0.90), "perada": (0.91, 0.89), "heart-pfl-no-hda": (0.93, 0.89),
-            "heart-pfl-no-akt": (0.91, 0.85), "heart-pfl-no-both": (0.95, 0.95)}
+    accs = {
+        "heart-pfl": (0.92, 0.90),
+        "perada": (0.91, 0.89),
+        "heart-pfl-no-hda": (0.93, 0.89),
+        "heart-pfl-no-akt": (0.91, 0.85),
+        "heart-pfl-no-both": (0.95, 0.95),
+    }
     for row in suite.rows:
         for seed, acc in enumerate(accs.get(row, (0.80, 0.80))):
             finished("in-domain", row, seed, acc)
@@ -137,8 +168,9 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
     assert "no-both): does not hold (" in lines[5]
     assert lines[6].endswith("not run")
     finished("ood-mnist", "heart-pfl", 0, 0.91)
-    assert heart_claims(tmp_path)[6].startswith("- out-of-domain proxy within a point of in-domain: cannot tell (MNIST "
-                                                "proxy 91.00, in-domain 92.00, -1.00")  # at the boundary
+    assert heart_claims(tmp_path)[6].startswith(
+        "- out-of-domain proxy within a point of in-domain: cannot tell (MNIST proxy 91.00, in-domain 92.00, -1.00"
+    )  # at the boundary
 
 
 def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(tmp_path):
@@ -149,7 +181,9 @@ def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(t
     assert suite_from_toml(PAPERS / "fedpac_table1.toml") == SUITES["fedpac-table1"]
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace('label = "F-MNIST 20 clients"', 'label = "F-MNIST 20 clients"\nlabe = "typo"'))
-    with pytest.raises(ConfigError, match=r"bad.toml \[columns.fmnist20\]: unknown key\(s\) labe; valid: changes, label"):
+    with pytest.raises(
+        ConfigError, match=r"bad.toml \[columns.fmnist20\]: unknown key\(s\) labe; valid: changes, label"
+    ):
         suite_from_toml(bad)
     bad.write_text(text.replace("fedpac = 91.83", "fedpac = 91.83\nfedpacc = 90.0"))
     with pytest.raises(ConfigError, match=r"rows fedpacc are not in the suite's rows"):
@@ -165,8 +199,12 @@ def test_every_claim_compares_rows_that_differ_only_in_what_it_names():
     settings, and a method and its variant the same shared hyper-parameters, except the keys the claim names."""
     from pfedkit.experiments.reproduce import claim_differences
 
-    unlike = {f"{name}: {claim['text']}": found for name, suite in SUITES.items() for claim in suite.claims
-              if (found := claim_differences(suite, claim))}
+    unlike = {
+        f"{name}: {claim['text']}": found
+        for name, suite in SUITES.items()
+        for claim in suite.claims
+        if (found := claim_differences(suite, claim))
+    }
     assert unlike == {}
 
 
@@ -175,16 +213,20 @@ def test_every_committed_run_folder_still_holds_its_suite_cell():
     resume): every run folder under benchmarks/results/<suite>/ must be its cell's config at one of the scales."""
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     checked, stale = 0, []
-    folders = [(suite, scale, results / results_folder(suite.name, scale)) for suite in SUITES.values()
-               for scale in suite.scales]
+    folders = [
+        (suite, scale, results / results_folder(suite.name, scale))
+        for suite in SUITES.values()
+        for scale in suite.scales
+    ]
     for suite, scale, folder in folders:
         for saved in sorted(folder.glob("*/*/seed*/config.toml")):
             column, row, seed = saved.parts[-4], saved.parts[-3], int(saved.parent.name[4:])
             if column not in suite.columns or row not in suite.rows:
                 continue
             scales = suite.scales if scale == "small" else [scale]  # the suite's own folder predates scale folders
-            cells = [method_config(cell_config(suite, scale, column, row), suite.method_of(row), seed)
-                     for scale in scales]
+            cells = [
+                method_config(cell_config(suite, scale, column, row), suite.method_of(row), seed) for scale in scales
+            ]
             found = [config_changes(saved, cell) for cell in cells]
             checked += 1
             if all(found):
@@ -194,16 +236,27 @@ def test_every_committed_run_folder_still_holds_its_suite_cell():
 
 
 def test_a_suite_runs_rows_at_their_tuned_values_and_its_table_says_so(tmp_path):
-    suite = Suite(name="tiny-tuned", paper="a tiny tuned table", base=TINY.base, columns={"a": Column("A", {})},
-                  rows=("fedavg", "fedprox"), scales={"small": Scale({"train": {"rounds": 1}}, 1.0, "1 round")})
+    suite = Suite(
+        name="tiny-tuned",
+        paper="a tiny tuned table",
+        base=TINY.base,
+        columns={"a": Column("A", {})},
+        rows=("fedavg", "fedprox"),
+        scales={"small": Scale({"train": {"rounds": 1}}, 1.0, "1 round")},
+    )
     tunes = tmp_path / "tunes"
     (tunes / "fedprox").mkdir(parents=True)
-    (tunes / "fedprox" / "tune.json").write_text(json.dumps(
-        {"method": "fedprox", "tuned": {"mu": 0.3}, "tuned_on": "synthetic, 3 clients: a 0.2 validation split"}))
+    (tunes / "fedprox" / "tune.json").write_text(
+        json.dumps(
+            {"method": "fedprox", "tuned": {"mu": 0.3}, "tuned_on": "synthetic, 3 clients: a 0.2 validation split"}
+        )
+    )
     table = run_suite(suite, out=tmp_path / "out", progress=False, tuned=tunes, log=lambda line: None)
     saved = tomllib.loads((tmp_path / "out" / "a" / "fedprox" / "seed0" / "config.toml").read_text())
     assert saved["method"]["mu"] == 0.3
-    assert "mu" not in tomllib.loads((tmp_path / "out" / "a" / "fedavg" / "seed0" / "config.toml").read_text())["method"]
+    assert (
+        "mu" not in tomllib.loads((tmp_path / "out" / "a" / "fedavg" / "seed0" / "config.toml").read_text())["method"]
+    )
     assert "- fedprox: mu = 0.3 (tuned on synthetic, 3 clients: a 0.2 validation split)" in table
     (tunes / "fedprox" / "tune.json").write_text(json.dumps({"method": "ditto", "tuned": {"prox_weight": 1.0}}))
     with pytest.raises(ConfigError, match="tuned ditto, but row fedprox runs fedprox"):
@@ -217,19 +270,31 @@ def test_a_cell_another_suite_already_ran_is_copied_not_trained(tmp_path, monkey
     same run) is copied with its source named; a cell that differs in one value trains. The premise, that training
     again gives the same run, is checked too."""
     small = {"small": Scale({"train": {"rounds": 2}}, 1.0, "2 rounds")}
-    first = Suite(name="first", paper="p", base=TINY.base, columns={"a": Column("A", {})}, rows=("fedprox",),
-                  scales=small)
-    second = Suite(name="second", paper="q", base=TINY.base, columns={"x": Column("X", {})},
-                   rows=("prox-default-stated", "prox-mu0.3"), scales=small,
-                   row_changes={"prox-default-stated": {"method": {"name": "fedprox", "mu": 0.01}},
-                                "prox-mu0.3": {"method": {"name": "fedprox", "mu": 0.3}}})
+    first = Suite(
+        name="first", paper="p", base=TINY.base, columns={"a": Column("A", {})}, rows=("fedprox",), scales=small
+    )
+    second = Suite(
+        name="second",
+        paper="q",
+        base=TINY.base,
+        columns={"x": Column("X", {})},
+        rows=("prox-default-stated", "prox-mu0.3"),
+        scales=small,
+        row_changes={
+            "prox-default-stated": {"method": {"name": "fedprox", "mu": 0.01}},
+            "prox-mu0.3": {"method": {"name": "fedprox", "mu": 0.3}},
+        },
+    )
     run_suite(first, out=tmp_path / "first", progress=False, log=lambda line: None)
     source = tmp_path / "first" / "a" / "fedprox" / "seed0"
     (source / "checkpoint.pt").write_bytes(b"a leftover")  # never copied: a result, not a way to resume it
     trained = []
     real = reproduce.run_configs
-    monkeypatch.setattr(reproduce, "run_configs", lambda todo, **kw: (
-        trained.extend(d for d in todo if not (d / "summary.json").exists()), real(todo, **kw))[1])
+    monkeypatch.setattr(
+        reproduce,
+        "run_configs",
+        lambda todo, **kw: (trained.extend(d for d in todo if not (d / "summary.json").exists()), real(todo, **kw))[1],
+    )
     logs = []
     table = run_suite(second, out=tmp_path / "second", progress=False, reuse_from=tmp_path, log=logs.append)
     copy = tmp_path / "second" / "x" / "prox-default-stated" / "seed0"
@@ -270,12 +335,20 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
     finished("one-seed", 0, 0.30)
     margin = {"kind": "margin", "text": "ours by 8", "column": "col", "row": "ours", "at_least": 8.0}
     above = {"text": "ours top", "column": "col", "rows": ["ours", "near", "far", "never-ran"]}
-    lines = check_claims([{**margin, "over": ["far", "one-seed", "never-ran"]},
-                          {**margin, "over": ["near", "far"], "at_least": 10.0},
-                          above, {**above, "rows": ["never-ran", "ours"]}, {**margin, "over": ["never-ran"]}],
-                         Evidence(tmp_path, 3, floor=0.5))
+    lines = check_claims(
+        [
+            {**margin, "over": ["far", "one-seed", "never-ran"]},
+            {**margin, "over": ["near", "far"], "at_least": 10.0},
+            above,
+            {**above, "rows": ["never-ran", "ours"]},
+            {**margin, "over": ["never-ran"]},
+        ],
+        Evidence(tmp_path, 3, floor=0.5),
+    )
     # +20.5 (2 seeds) and +30.0 (seed 0 only, the one both finished); the row that never ran is named, not judged
-    assert lines[0].startswith("- ours by 8: holds (+20.50 over far: holds") and "+30.00 over one-seed: holds" in lines[0]
+    assert (
+        lines[0].startswith("- ours by 8: holds (+20.50 over far: holds") and "+30.00 over one-seed: holds" in lines[0]
+    )
     assert lines[0].endswith("; not run: never-ran)")
     # over near: +5 and +12, a mean of 8.5 short of 10 but within the spread of the two seeds
     assert lines[1].startswith("- ours by 8: cannot tell (+8.50 over near: cannot tell")
@@ -291,7 +364,9 @@ def test_the_cost_table_reads_finished_runs_only(tmp_path):
     for method, seconds in (("done", 2.0), ("running", 9.0)):
         run = tmp_path / "col" / method / "seed0"
         run.mkdir(parents=True)
-        (run / "metrics.csv").write_text(header + f"0,0.1,0.1,2.3,0,1,0,0,0\n1,0.5,0.5,1.0,{seconds},1,2000000,2000000,2\n")
+        (run / "metrics.csv").write_text(
+            header + f"0,0.1,0.1,2.3,0,1,0,0,0\n1,0.5,0.5,1.0,{seconds},1,2000000,2000000,2\n"
+        )
     (tmp_path / "col" / "done" / "seed0" / "summary.json").write_text("{}")
     lines = cost_table(tmp_path, "col", 0, ["done", "running"], clients=2)
     assert lines[2:] == ["| done | 2.0 | 2.000 |"]
@@ -300,14 +375,15 @@ def test_the_cost_table_reads_finished_runs_only(tmp_path):
 def test_the_table_says_how_often_server_distillation_was_kept(tmp_path):
     from pfedkit.reports.tables import distillation_lines
 
-    rows = {"heart-pfl": "0,0.1,,\n1,0.2,1,2.5\n2,0.3,0,0\n3,0.4,1,1.5\n4,0.5,-1,0\n5,0.5,,\n",
-            "fedper": None}
+    rows = {"heart-pfl": "0,0.1,,\n1,0.2,1,2.5\n2,0.3,0,0\n3,0.4,1,1.5\n4,0.5,-1,0\n5,0.5,,\n", "fedper": None}
     for method, body in rows.items():
         run = tmp_path / "dir0.1" / method / "seed0"
         run.mkdir(parents=True)
         (run / "summary.json").write_text("{}")
         (run / "metrics.csv").write_text("round,acc,kd_accepted,kd_val_gain\n" + body if body else "round,acc\n0,0.1\n")
     lines = distillation_lines(tmp_path)
-    assert lines[-1:] == ["- dir0.1/heart-pfl/seed0: kept in 2 of 3 distillation rounds (rounds 1-3), "
-                          "validation +2.00 points on average when kept"]
+    assert lines[-1:] == [
+        "- dir0.1/heart-pfl/seed0: kept in 2 of 3 distillation rounds (rounds 1-3), "
+        "validation +2.00 points on average when kept"
+    ]
     assert distillation_lines(tmp_path / "dir0.1" / "fedper") == []

@@ -1,6 +1,7 @@
 """A run never takes in another run's state, and a failure says what happened (issue 53): foreign checkpoints and
 client-state files, missing client states, duplicate seeds, unsafe files, stale temporaries, a user's own files in
 --out, damaged summaries, unwritable folders."""
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,15 @@ def six_rounds(**run):
     return synthetic(train={"rounds": 6}, run={"checkpoint_every": 3, **run})
 
 
-@pytest.mark.parametrize("other", [{"run": {"seed": 2}}, {"method": {"name": "fedper"}},
-                                   {"data": {"options": {"samples": 1000, "test_samples": 300}}}],
-                         ids=["seed", "method", "data"])
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"run": {"seed": 2}},
+        {"method": {"name": "fedper"}},
+        {"data": {"options": {"samples": 1000, "test_samples": 300}}},
+    ],
+    ids=["seed", "method", "data"],
+)
 def test_a_checkpoint_of_another_run_is_refused_naming_how_the_runs_differ(tmp_path, other):
     simulate(six_rounds(), tmp_path / "a", progress=False)
     sections = {"train": {"rounds": 6}, "run": {"checkpoint_every": 3}}
@@ -37,7 +44,9 @@ def test_a_checkpoint_of_another_run_is_refused_naming_how_the_runs_differ(tmp_p
     shutil.copy(tmp_path / "b" / "checkpoint.pt", tmp_path / "a" / "checkpoint.pt")
     before = (tmp_path / "a" / "metrics.csv").read_text()
     with pytest.raises(PfedkitError, match="written by another run") as caught:
-        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3}), tmp_path / "a", resume=True, progress=False)
+        simulate(
+            synthetic(train={"rounds": 8}, run={"checkpoint_every": 3}), tmp_path / "a", resume=True, progress=False
+        )
     key = next(iter(other)) if "data" not in other else "data"
     assert key in str(caught.value) and "new --out" in str(caught.value)
     assert (tmp_path / "a" / "metrics.csv").read_text() == before  # nothing lost
@@ -56,34 +65,51 @@ def test_a_missing_client_state_file_stops_the_resume_naming_client_and_round(tm
     assert state.exists()
     state.unlink()
     with pytest.raises(PfedkitError, match=r"client 3's state after round 5 is missing.*new --out"):
-        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path,
-                 resume=True, progress=False)
+        simulate(
+            synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}),
+            tmp_path,
+            resume=True,
+            progress=False,
+        )
 
 
 def test_a_client_state_file_of_another_run_is_refused(tmp_path):
     simulate(six_rounds(client_state="disk"), tmp_path / "a", progress=False)
     simulate(six_rounds(client_state="disk", seed=2), tmp_path / "b", progress=False)
-    shutil.copy(tmp_path / "b" / "client-state" / "client-2" / "after-5.pt",
-                tmp_path / "a" / "client-state" / "client-2" / "after-5.pt")
+    shutil.copy(
+        tmp_path / "b" / "client-state" / "client-2" / "after-5.pt",
+        tmp_path / "a" / "client-state" / "client-2" / "after-5.pt",
+    )
     with pytest.raises(PfedkitError, match="client-2/after-5.pt was written by another run"):
-        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path / "a",
-                 resume=True, progress=False)
+        simulate(
+            synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}),
+            tmp_path / "a",
+            resume=True,
+            progress=False,
+        )
 
 
 def test_an_unsafe_client_state_file_is_refused_without_suggesting_an_unsafe_load(tmp_path):
     simulate(six_rounds(client_state="disk"), tmp_path, progress=False)
     torch.save({"x": Path("/etc")}, tmp_path / "client-state" / "client-1" / "after-5.pt")  # not plain data
     with pytest.raises(PfedkitError) as caught:
-        simulate(synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path,
-                 resume=True, progress=False)
+        simulate(
+            synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"}),
+            tmp_path,
+            resume=True,
+            progress=False,
+        )
     assert "cannot be read safely" in str(caught.value) and "weights_only" not in str(caught.value)
 
 
 def test_a_killed_resume_on_disk_states_still_equals_an_uninterrupted_run(tmp_path):
     cfg = six_rounds(client_state="disk")
     simulate(cfg, tmp_path / "straight", progress=False)
-    simulate(synthetic(train={"rounds": 3}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path / "cut",
-             progress=False)
+    simulate(
+        synthetic(train={"rounds": 3}, run={"checkpoint_every": 3, "client_state": "disk"}),
+        tmp_path / "cut",
+        progress=False,
+    )
     simulate(cfg, tmp_path / "cut", resume=True, progress=False)
     got, want = read_csv(tmp_path / "cut" / "metrics.csv"), read_csv(tmp_path / "straight" / "metrics.csv")
     assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
@@ -93,8 +119,9 @@ def test_a_killed_resume_on_disk_states_still_equals_an_uninterrupted_run(tmp_pa
 def test_a_seed_given_twice_is_refused(tmp_path, seeds):
     config = tmp_path / "c.toml"
     config.write_text(dump_toml(synthetic().to_dict()))
-    result = CliRunner().invoke(main, ["compare", str(config), "--methods", "fedavg", "--seeds", seeds,
-                                       "--out", str(tmp_path / "cmp")])
+    result = CliRunner().invoke(
+        main, ["compare", str(config), "--methods", "fedavg", "--seeds", seeds, "--out", str(tmp_path / "cmp")]
+    )
     assert result.exit_code == 2 and "seed 0 more than once" in result.output
     assert not (tmp_path / "cmp").exists()
 
@@ -104,8 +131,12 @@ def test_temporaries_of_a_killed_write_are_removed_when_the_run_resumes(tmp_path
     litter = [tmp_path / ".checkpoint.pt.abc12_XY", tmp_path / "client-state" / "client-0" / ".after-9.pt.q1w2e3r4"]
     for path in litter:
         path.write_bytes(b"half a checkpoint")
-    simulate(synthetic(train={"rounds": 7}, run={"checkpoint_every": 3, "client_state": "disk"}), tmp_path,
-             resume=True, progress=False)
+    simulate(
+        synthetic(train={"rounds": 7}, run={"checkpoint_every": 3, "client_state": "disk"}),
+        tmp_path,
+        resume=True,
+        progress=False,
+    )
     assert not any(path.exists() for path in litter)
     assert (tmp_path / ".pfedkit-owner.json").exists() is False  # the lock's own files are not litter, and are gone
 
@@ -150,8 +181,21 @@ def test_a_damaged_summary_is_named_not_a_traceback(tmp_path):
     assert result.exit_code == 2 and "summary.json is damaged" in result.output and "Traceback" not in result.output
     config = tmp_path / "c.toml"
     config.write_text(dump_toml(synthetic(train={"rounds": 1}).to_dict()))
-    result = CliRunner().invoke(main, ["compare", str(config), "--methods", "fedavg", "--seeds", "1", "--out",
-                                       str(tmp_path / "cmp"), "--resume", "--quiet"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            str(config),
+            "--methods",
+            "fedavg",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path / "cmp"),
+            "--resume",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 2 and "summary.json is damaged" in result.output
 
 
@@ -166,8 +210,10 @@ def test_a_read_only_out_is_a_message_not_a_traceback(tmp_path, monkeypatch):
     locked.mkdir()
     locked.chmod(0o555)
     if os.geteuid() == 0:  # root writes anywhere: the lock fails as it does for anyone else in a read-only folder
+
         def refused(self, *args, **kwargs):
             raise PermissionError(errno.EACCES, "Permission denied", str(locked / "run" / ".pfedkit.lock"))
+
         monkeypatch.setattr(filelock.FileLock, "acquire", refused)
     result = CliRunner().invoke(main, ["run", str(config), "--out", str(locked / "run"), "--quiet"])
     assert result.exit_code == 2 and "cannot write" in result.output and "--out" in result.output
@@ -201,8 +247,14 @@ def test_the_default_config_runs_on_the_default_data_set(tmp_path, capsys):
     assert build_config({"data": {"dataset": "mnist"}}).model.name == "fedavgcnn"  # elsewhere the default stays
 
 
-@pytest.mark.parametrize("text, wrong", [("train.rounds=true", "valid integer"), ('train.rounds="5"', "valid integer"),
-                                         ("run.checkpoint_every=2.0", "valid integer")])
+@pytest.mark.parametrize(
+    "text, wrong",
+    [
+        ("train.rounds=true", "valid integer"),
+        ('train.rounds="5"', "valid integer"),
+        ("run.checkpoint_every=2.0", "valid integer"),
+    ],
+)
 def test_booleans_and_strings_are_not_read_as_numbers(text, wrong):
     from pfedkit.errors import ConfigError
     from pfedkit.registry import load_config
@@ -247,8 +299,9 @@ def test_a_repeat_redraws_the_training_randomness_on_the_same_partition_and_clie
     simulate(base, tmp_path / "r0", progress=False)
     simulate(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 1}), tmp_path / "r1", progress=False)
     first, other = read_csv(tmp_path / "r0" / "clients.csv"), read_csv(tmp_path / "r1" / "clients.csv")
-    assert [(r["round"], r["client"], r["n_test"]) for r in first] == [(r["round"], r["client"], r["n_test"])
-                                                                      for r in other]
+    assert [(r["round"], r["client"], r["n_test"]) for r in first] == [
+        (r["round"], r["client"], r["n_test"]) for r in other
+    ]
     trained = [r["clients_trained"] for r in read_csv(tmp_path / "r0" / "metrics.csv")]
     assert trained == [r["clients_trained"] for r in read_csv(tmp_path / "r1" / "metrics.csv")]
     assert [r["acc"] for r in first] != [r["acc"] for r in other]  # other weights from round 0 on

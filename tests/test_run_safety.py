@@ -1,5 +1,6 @@
 """Runs that cannot go silently wrong: divergence stops a run, one run per folder, workers die with their parent,
 and a run's data are named by checksum, not by the directory it started in."""
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,15 @@ def alive(pid: int) -> bool:
 
 def pfedkit(*args: str, cwd: Path = REPO) -> subprocess.Popen:
     # one torch thread: on a busy machine a tiny model's two spinning threads stalled a 40-round run for minutes
-    return subprocess.Popen([sys.executable, "-m", "pfedkit", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "pfedkit", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def wait_for(predicate, seconds: float = 60.0) -> None:
@@ -54,8 +61,10 @@ def wait_for(predicate, seconds: float = 60.0) -> None:
 
 # ---------------------------------------------------------------- divergence
 
+
 class NaNFromRound2(FedAvg):
     """FedAvg whose client 1 replies NaN from round 2 on: a run that diverges mid-way."""
+
     name = "test-nan-from-round-2"
 
     def local_update(self, payload, client, data, round):
@@ -83,8 +92,12 @@ def test_a_diverging_run_stops_naming_round_client_and_method_and_keeps_a_finite
     assert [int(r["round"]) for r in read_csv(tmp_path / "metrics.csv")] == [0, 1]  # stops at the last finite round
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["next_round"] == 2 and len(ckpt["rows"]) == 2
-    tensors = [v for state in (ckpt["server"], *ckpt["clients"].values()) for v in state.values()
-               if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    tensors = [
+        v
+        for state in (ckpt["server"], *ckpt["clients"].values())
+        for v in state.values()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
     assert tensors and all(torch.isfinite(t).all() for t in tensors)
     assert {r["round"] for r in ckpt["client_rows"]} == {0, 1}  # round 2's evaluation went with the round
     assert json.loads((tmp_path / "diverged.json").read_text())["round"] == 2
@@ -138,6 +151,7 @@ def test_the_suite_table_shows_diverged_instead_of_a_number(tmp_path):
 
 # ---------------------------------------------------------------- one run per folder
 
+
 @pytest.mark.slow
 def test_a_second_run_into_a_busy_folder_is_refused_and_the_first_finishes_intact(tmp_path):
     first = build_config(synthetic(train={"rounds": 40, "local_epochs": 2}, run={"checkpoint_every": 10}))
@@ -162,8 +176,11 @@ def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_message(tmp_path, ca
     dead.wait()
     out = tmp_path / "run"
     out.mkdir()
-    (out / OWNER).write_text(json.dumps({"pid": dead.pid, "host": "here", "command": "pfedkit run old.toml",
-                                         "started": "2026-01-01 00:00:00"}))
+    (out / OWNER).write_text(
+        json.dumps(
+            {"pid": dead.pid, "host": "here", "command": "pfedkit run old.toml", "started": "2026-01-01 00:00:00"}
+        )
+    )
     run_experiment(build_config(synthetic()), out, progress=False)
     assert f"left locked by process {dead.pid}" in capsys.readouterr().err
     assert (out / "summary.json").exists()
@@ -171,11 +188,17 @@ def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_message(tmp_path, ca
 
 # ---------------------------------------------------------------- workers die with their parent
 
+
 @pytest.mark.slow
 def test_kill_9_of_a_run_leaves_no_worker_behind(tmp_path):
     config = tmp_path / "config.toml"
-    config.write_text(dump_toml(build_config(synthetic(train={"rounds": 200, "local_epochs": 3},
-                                                       run={"workers": 2, "checkpoint_every": 50})).to_dict()))
+    config.write_text(
+        dump_toml(
+            build_config(
+                synthetic(train={"rounds": 200, "local_epochs": 3}, run={"workers": 2, "checkpoint_every": 50})
+            ).to_dict()
+        )
+    )
     proc = pfedkit("run", str(config), "--out", str(tmp_path / "run"), "--quiet")
     wait_for(lambda: (tmp_path / "run" / "metrics.csv").exists() and len(descendants(proc.pid)) >= 2)
     workers = descendants(proc.pid)
@@ -198,7 +221,8 @@ def test_the_guardian_kills_started_process_trees_when_its_owner_dies(tmp_path):
         "    p = subprocess.Popen(['bash', '-c', 'sleep 300 & sleep 300'], start_new_session=True)\n"
         "    g.watch(p.pid)\n"
         "print('ready', flush=True)\n"
-        "time.sleep(300)\n")
+        "time.sleep(300)\n"
+    )
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert owner.stdout.readline().strip() == "ready"
     wait_for(lambda: len(descendants(owner.pid)) >= 5, 10)  # guardian, 2 bash, 2+ sleeps
@@ -225,6 +249,7 @@ def test_a_guardian_closed_in_order_leaves_its_processes_to_their_owner():
 
 # ---------------------------------------------------------------- data location is not experiment identity
 
+
 def test_data_that_do_not_match_the_recorded_checksum_are_refused(tmp_path):
     raw = synthetic(data={"checksum": "sha256:" + "0" * 64})
     with pytest.raises(DataError, match=r"not the data this run was made with \(expected sha256:0+, found sha256:"):
@@ -235,8 +260,12 @@ def test_data_that_do_not_match_the_recorded_checksum_are_refused(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not MNIST.is_dir(), reason="needs ../shared/data/mnist")
 def test_a_run_with_a_relative_data_root_resumes_from_elsewhere_and_with_another_root(tmp_path):
-    raw = synthetic(data={"dataset": "mnist", "fraction": 0.03}, partition={"clients": 4},
-                    train={"rounds": 40, "local_epochs": 2}, run={"checkpoint_every": 2, "workers": 1})
+    raw = synthetic(
+        data={"dataset": "mnist", "fraction": 0.03},
+        partition={"clients": 4},
+        train={"rounds": 40, "local_epochs": 2},
+        run={"checkpoint_every": 2, "workers": 1},
+    )
     del raw["data"]["options"]
     config = tmp_path / "config.toml"
     config.write_text(dump_toml(build_config(raw).to_dict()))
@@ -265,6 +294,7 @@ def test_a_run_with_a_relative_data_root_resumes_from_elsewhere_and_with_another
 
 
 # ---------------------------------------------------------------- rough edges
+
 
 def test_fedphp_takes_its_expected_participations_from_the_run_when_not_given():
     from click.testing import CliRunner
@@ -307,7 +337,9 @@ def test_curves_are_drawn_in_percent_as_the_tables(tmp_path, monkeypatch):
 
     drawn = []
     original = matplotlib.axes.Axes.plot
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda ax, xs, ys, **kw: drawn.append(ys) or original(ax, xs, ys, **kw))
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "plot", lambda ax, xs, ys, **kw: drawn.append(ys) or original(ax, xs, ys, **kw)
+    )
     save_curves({"a": [{"round": 0, "acc": 0.5}, {"round": 1, "acc": "0.75"}]}, tmp_path / "c.png")
     assert list(drawn[0]) == [50.0, 75.0]
 
@@ -315,8 +347,17 @@ def test_curves_are_drawn_in_percent_as_the_tables(tmp_path, monkeypatch):
 def test_the_lock_owner_record_hides_secret_options():
     from pfedkit.engine.store import shown_command
 
-    shown = shown_command(["/usr/bin/flwr-serverapp", "--runtime-api-address", "127.0.0.1:1", "--token", "abc123",
-                           "--api-key=xyz", "--insecure"])
+    shown = shown_command(
+        [
+            "/usr/bin/flwr-serverapp",
+            "--runtime-api-address",
+            "127.0.0.1:1",
+            "--token",
+            "abc123",
+            "--api-key=xyz",
+            "--insecure",
+        ]
+    )
     assert shown == "flwr-serverapp --runtime-api-address 127.0.0.1:1 --token *** --api-key=*** --insecure"
 
 

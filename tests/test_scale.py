@@ -1,4 +1,5 @@
 """A large federation's driver: with client state on disk its memory does not grow with the clients."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ print(json.dumps(peak_mb()))
 
 def driver_peak_mb(clients: int, state: str, out: Path) -> float:
     code = PROBE.format(repo=str(REPO), rounds=ROUNDS)
-    done = subprocess.run([sys.executable, "-c", code, str(clients), state, str(out)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(clients), state, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

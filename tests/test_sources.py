@@ -1,4 +1,5 @@
 """Dataset readers: real MNIST/Fashion-MNIST, tiny IDX/CIFAR/image-folder fixtures built here, offline data."""
+
 from __future__ import annotations
 
 import gzip
@@ -23,10 +24,16 @@ from pfedkit.data.sources import (
 )
 from pfedkit.errors import DataError
 
-IDX_NAMES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+IDX_NAMES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 
 
 # ---------------------------------------------------------------- fixture builders (also used by test_fetch)
+
 
 def md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
@@ -57,8 +64,12 @@ def cifar_batch_bytes(n: int, label_key: bytes, num_classes: int, fill: int = 0)
     """A CIFAR python batch in the official layout: a dict with bytes keys, data uint8 [n, 3072], label list."""
     data = np.full((n, 3072), fill, dtype=np.uint8)
     data[:, :1024] = 255  # red plane saturated, so the channel order is checkable
-    batch = {b"batch_label": b"testing batch", b"data": data, label_key: [i % num_classes for i in range(n)],
-             b"filenames": [b"img%d.png" % i for i in range(n)]}
+    batch = {
+        b"batch_label": b"testing batch",
+        b"data": data,
+        label_key: [i % num_classes for i in range(n)],
+        b"filenames": [b"img%d.png" % i for i in range(n)],
+    }
     return pickle.dumps(batch, protocol=2)
 
 
@@ -83,6 +94,7 @@ def write_png_tree(folder: Path, classes: dict[str, int], size: tuple[int, int] 
 
 
 # ---------------------------------------------------------------- real MNIST / Fashion-MNIST
+
 
 def test_real_mnist(shared_data: Path):
     src = load_dataset("mnist", root=shared_data)
@@ -111,6 +123,7 @@ def test_md5_cached_and_invalidated_by_rewrite(tmp_path: Path):
 
 
 # ---------------------------------------------------------------- IDX fixtures
+
 
 def test_idx_fixture_loads(tmp_path: Path, monkeypatch):
     monkeypatch.setitem(fetch.CHECKSUMS, "mnist", write_idx_dataset(tmp_path / "mnist"))
@@ -145,6 +158,7 @@ def test_fashion_mnist_found_in_extra_dir(tmp_path: Path, monkeypatch):
 
 
 # ---------------------------------------------------------------- CIFAR
+
 
 def test_cifar10_fixture(tmp_path: Path, monkeypatch):
     monkeypatch.setitem(fetch.CHECKSUMS, "cifar10", write_cifar10(tmp_path / "cifar10"))
@@ -210,6 +224,7 @@ def test_cifar_missing_names_checksum_and_fetch(tmp_path: Path):
 
 # ---------------------------------------------------------------- image folders
 
+
 def test_caltech101_skips_background(tmp_path: Path):
     cats = tmp_path / "caltech101" / "101_ObjectCategories"
     write_png_tree(cats, {"BACKGROUND_Google": 2, "ant": 2, "bee": 3})
@@ -244,8 +259,9 @@ def test_tiny_imagenet_val_as_test(tmp_path: Path):
     (base / "val" / "images").mkdir(parents=True)
     for i in range(3):
         Image.new("RGB", (64, 64)).save(base / "val" / "images" / f"val_{i}.JPEG")
-    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn02\t0\t0\t63\t63\nval_1.JPEG\tn01\t0\t0\t63\t63\n"
-                                                      "val_2.JPEG\tn02\t0\t0\t63\t63\n")
+    (base / "val" / "val_annotations.txt").write_text(
+        "val_0.JPEG\tn02\t0\t0\t63\t63\nval_1.JPEG\tn01\t0\t0\t63\t63\nval_2.JPEG\tn02\t0\t0\t63\t63\n"
+    )
     src = load_dataset("tiny-imagenet", root=tmp_path)
     assert src.train_x.shape == (4, 3, 64, 64) and src.train_y.tolist() == [0, 0, 1, 1]
     assert src.test_x.shape == (3, 3, 64, 64) and src.test_y.tolist() == [1, 0, 1]
@@ -264,6 +280,7 @@ def test_image_folder_errors(tmp_path: Path):
 
 
 # ---------------------------------------------------------------- offline data and the API surface
+
 
 def test_digits():
     src = load_dataset("digits")
@@ -287,7 +304,7 @@ def test_synthetic_deterministic_and_learnable():
     for _ in range(3):
         for i in range(0, 2000, 50):
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(a.train_x[i:i + 50]), a.train_y[i:i + 50]).backward()
+            torch.nn.functional.cross_entropy(model(a.train_x[i : i + 50]), a.train_y[i : i + 50]).backward()
             opt.step()
     acc = (model(a.test_x).argmax(1) == a.test_y).float().mean().item()
     assert acc > 0.5  # chance is 0.1

@@ -1,4 +1,5 @@
 """Suite tables read whatever runs finished, in any order, and say what is missing."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def test_curves_of_many_rows_never_draw_two_lines_alike(tmp_path, monkeypatch):
 def test_rows_outside_a_column_show_n_a_even_when_no_column_runs_them(tmp_path):
     fake_run(tmp_path / "x" / "a" / "seed0", [0.1, 0.5], 2)
     fake_run(tmp_path / "y" / "b" / "seed0", [0.1, 0.6], 3)  # rows of different lengths: labels name the rounds
-    lines, rounds = paper_table(tmp_path, {"x": "X", "y": "Y"}, ["a", "b", "c"], {},
-                                column_rows={"x": ("a",), "y": ("b",)})
+    lines, rounds = paper_table(
+        tmp_path, {"x": "X", "y": "Y"}, ["a", "b", "c"], {}, column_rows={"x": ("a",), "y": ("b",)}
+    )
     assert lines[2].startswith("| a (2 rounds) | 50.00 ? |") and lines[2].endswith("| n/a | n/a | n/a | n/a |")
     assert lines[3].startswith("| b (3 rounds) | n/a |")
     assert lines[4] == "| c | " + " | ".join(["n/a"] * 8) + " |" and rounds == {2, 3}
@@ -55,7 +57,9 @@ def test_a_cell_is_marked_rising_peaked_or_flat_from_its_mean_curve(tmp_path):
 
     assert curve_trend(curve([50 + r for r in range(20)])) == "rising"  # +4 points from the fourth fifth to the last
     assert curve_trend(curve([80 + 0.4 * (r % 2) for r in range(500)])) == "flat"  # noise of 0.4 points, no trend
-    assert curve_trend(curve([70] * 10 + [80] * 5 + [75] * 5, every=50)) == "peaked"  # the best far above the last fifth
+    assert (
+        curve_trend(curve([70] * 10 + [80] * 5 + [75] * 5, every=50)) == "peaked"
+    )  # the best far above the last fifth
     assert curve_trend(curve([50 + 0.002 * r for r in range(500)])) == "flat"  # 0.2 points between fifths 100 apart
     # the same rate (0.2 points per 100 rounds) over a short run is flat too; 1 point per 100 rounds is not
     assert curve_trend(curve([50 + 0.002 * r for r in range(10)])) == "flat"
@@ -76,12 +80,20 @@ def test_after_local_runs_are_read_at_their_own_point(tmp_path):
     folder.mkdir()
     rows = [{"round": i, "acc": "", "acc_after": 0.5 + i / 10} for i in range(3)]
     atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc", "acc_after"])
-    (folder / "summary.json").write_text(json.dumps({"eval_point": "after-local", "data_origin": "CIFAR-10, JPEG copy",
-                                                     "data_file_sha256": "0bfcb68717a0ecb0d5"}))
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "eval_point": "after-local",
+                "data_origin": "CIFAR-10, JPEG copy",
+                "data_file_sha256": "0bfcb68717a0ecb0d5",
+            }
+        )
+    )
     assert abs(mean_of_last(folder, 2) - 0.65) < 1e-12
     assert run_facts([folder]) == [
         "Evaluated right after each trained client's local update (FedPAC's released code, FL-bench).",
-        "Data: CIFAR-10, JPEG copy (sha256 0bfcb68717a0…)."]
+        "Data: CIFAR-10, JPEG copy (sha256 0bfcb68717a0…).",
+    ]
     (folder / "config.toml").write_text('[run]\ndevice = "cpu"\n')
     assert len(run_facts([folder])) == 2  # the CPU, every run's default, goes unsaid
     (folder / "config.toml").write_text('[run]\ndevice = "cuda"\n')
@@ -92,9 +104,18 @@ def both_points_run(folder, start, after):
     folder.mkdir(parents=True)
     rows = [{"round": i, "acc": s, "acc_after": a} for i, (s, a) in enumerate(zip(start, after))]
     atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc", "acc_after"])
-    (folder / "summary.json").write_text(json.dumps({
-        "eval_point": "both", "rounds": len(start) - 1, "best_acc": max(start), "last_acc": start[-1],
-        "best_acc_after": max(after), "last_acc_after": after[-1]}))
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "eval_point": "both",
+                "rounds": len(start) - 1,
+                "best_acc": max(start),
+                "last_acc": start[-1],
+                "best_acc_after": max(after),
+                "last_acc_after": after[-1],
+            }
+        )
+    )
 
 
 def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
@@ -109,14 +130,17 @@ def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
     floor = Evidence(tmp_path, 1, floor=1.0)  # a gap of 10 or 20 clears 2 x 1.41
     assert check_claims([claim], floor)[0].startswith("- a above b: holds (a 60.00, b 50.00; gap to b +10.00")
     assert check_claims([{**claim, "point": "after-local"}], floor)[0].startswith(
-        "- a above b: does not hold (a 70.00, b 90.00; gap to b -20.00")
+        "- a above b: does not hold (a 70.00, b 90.00; gap to b -20.00"
+    )
 
 
 def test_a_paper_read_after_local_training_is_compared_there_with_the_mean_of_the_last_rounds(tmp_path):
     both_points_run(tmp_path / "col" / "a" / "seed0", [0.5, 0.6, 0.6], [0.8, 0.7, 0.9])
     lines, _ = paper_table(tmp_path, {"col": "Col"}, ["a"], {"a": {"col": 75.0}}, last_k=2, paper_point="after-local")
-    assert lines[0] == ("| method | Col ours (best) | last | mean of last 2 rounds | after local: best | last "
-                        "| mean of last 2 rounds | paper | after local: best - paper |")
+    assert lines[0] == (
+        "| method | Col ours (best) | last | mean of last 2 rounds | after local: best | last "
+        "| mean of last 2 rounds | paper | after local: best - paper |"
+    )
     assert lines[2] == "| a | 60.00 ? | 60.00 | 60.00 | 90.00 ? | 90.00 | 80.00 | 75.00 | +15.00 |"
     start_gap, _ = paper_table(tmp_path, {"col": "Col"}, ["a"], {"a": {"col": 75.0}}, last_k=2)
     assert start_gap[2].endswith("| 75.00 | -15.00 |")  # without paper_point the gap is the start point's

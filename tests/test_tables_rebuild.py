@@ -1,4 +1,5 @@
 """Every committed suite table rebuilds from the committed files alone (what a clean clone has), byte for byte."""
+
 from __future__ import annotations
 
 import shutil
@@ -20,13 +21,18 @@ def results_folder(suite: str, scale: str) -> Path:
 
 
 def tracked(folder: Path) -> list[str]:
-    done = subprocess.run(["git", "ls-files", "--", str(folder.relative_to(REPO))], cwd=REPO, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["git", "ls-files", "--", str(folder.relative_to(REPO))], cwd=REPO, capture_output=True, text=True
+    )
     return done.stdout.split() if done.returncode == 0 else []
 
 
-CASES = [(name, scale) for name, suite in sorted(SUITES.items()) for scale in suite.scales
-         if (results_folder(name, scale) / "table.md").exists()]
+CASES = [
+    (name, scale)
+    for name, suite in sorted(SUITES.items())
+    for scale in suite.scales
+    if (results_folder(name, scale) / "table.md").exists()
+]
 
 
 @pytest.mark.slow
@@ -44,8 +50,15 @@ def test_a_committed_table_rebuilds_from_committed_files(tmp_path, name, scale):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, target)
     (out / "table.md").unlink()
-    run_suite(SUITES[name], scale=scale, out=out, table_only=True, progress=False, data_root=str(SHARED_DATA),
-              log=lambda *args: None)
+    run_suite(
+        SUITES[name],
+        scale=scale,
+        out=out,
+        table_only=True,
+        progress=False,
+        data_root=str(SHARED_DATA),
+        log=lambda *args: None,
+    )
     assert (out / "table.md").read_text() == (folder / "table.md").read_text()
 
 

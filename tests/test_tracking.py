@@ -1,5 +1,6 @@
 """run.log_to: TensorBoard event files and an offline W&B run hold every metrics column of every round; a missing
 extra fails before training with the install line; the core never imports a tracker."""
+
 from __future__ import annotations
 
 import glob
@@ -17,9 +18,14 @@ from pfedkit.experiments import run_experiment
 from pfedkit.io import read_csv
 from pfedkit.registry import build_config
 
-RAW = {"data": {"dataset": "synthetic", "options": {"samples": 400, "test_samples": 100}},
-       "partition": {"scheme": "iid", "clients": 3}, "model": {"name": "mlp"}, "method": {"name": "fedavg"},
-       "train": {"rounds": 3, "batch_size": 20}, "run": {"workers": 1}}
+RAW = {
+    "data": {"dataset": "synthetic", "options": {"samples": 400, "test_samples": 100}},
+    "partition": {"scheme": "iid", "clients": 3},
+    "model": {"name": "mlp"},
+    "method": {"name": "fedavg"},
+    "train": {"rounds": 3, "batch_size": 20},
+    "run": {"workers": 1},
+}
 
 
 def tracked(*trackers: str):
@@ -47,7 +53,9 @@ def test_tensorboard_holds_one_scalar_per_round_per_metrics_column(tmp_path):
     assert set(events.Tags()["scalars"]) == set(expected)
     for column, values in expected.items():
         logged = {e.step: e.value for e in events.Scalars(column)}
-        assert logged.keys() == values.keys() and all(logged[r] == pytest.approx(v, rel=1e-6) for r, v in values.items())
+        assert logged.keys() == values.keys() and all(
+            logged[r] == pytest.approx(v, rel=1e-6) for r, v in values.items()
+        )
     assert "curves" in events.Tags()["images"] and "config/text_summary" in events.Tags()["tensors"]
 
 
@@ -60,10 +68,10 @@ def wandb_history(run_file: str) -> list[dict[str, str]]:
         if (left := 32768 - pos % 32768) < 7:
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:
             break
-        parts, pos = parts + data[pos + 7:pos + 7 + length], pos + 7 + length
+        parts, pos = parts + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):  # a whole record, or the last piece of one
             record = wandb_internal_pb2.Record()
             record.ParseFromString(parts)
@@ -107,7 +115,8 @@ def test_the_core_never_imports_a_tracker_or_the_tuner(tmp_path):
         "from pfedkit.registry import build_config\n"
         f"run_experiment(build_config({RAW!r}), {str(tmp_path)!r}, progress=False)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('optuna', 'wandb', 'tensorboard')"
-        " or m == 'torch.utils.tensorboard'))\n")
+        " or m == 'torch.utils.tensorboard'))\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"

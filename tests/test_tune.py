@@ -1,5 +1,6 @@
 """`pfedkit tune`: a validation split carved from the clients' training data, trials that never read the test split,
 a study that resumes after being killed, and a best config that `pfedkit run` takes."""
+
 from __future__ import annotations
 
 import csv
@@ -27,10 +28,14 @@ from pfedkit.tune import Tuner, searched_space
 pytest.importorskip("optuna")
 
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits.toml"
-SYNTHETIC = {"data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 300}},
-             "partition": {"scheme": "dirichlet", "beta": 0.5, "clients": 4, "min_samples": 10},
-             "model": {"name": "mlp"}, "method": {"name": "fedprox"},
-             "train": {"rounds": 3, "batch_size": 20, "lr": 0.05}, "run": {"workers": 1}}
+SYNTHETIC = {
+    "data": {"dataset": "synthetic", "options": {"samples": 600, "test_samples": 300}},
+    "partition": {"scheme": "dirichlet", "beta": 0.5, "clients": 4, "min_samples": 10},
+    "model": {"name": "mlp"},
+    "method": {"name": "fedprox"},
+    "train": {"rounds": 3, "batch_size": 20, "lr": 0.05},
+    "run": {"workers": 1},
+}
 
 
 def config(**changes) -> dict:
@@ -69,6 +74,7 @@ def test_a_trial_never_reads_the_test_split(tmp_path, monkeypatch):
     raw = config(eval={"protocol": "official-test"})
     with pytest.raises(Exception):  # the control: reading the test split does fail
         from pfedkit.experiments import run_experiment
+
         run_experiment(build_config(raw), tmp_path / "control", progress=False)
     result = Tuner(build_config(raw), tmp_path / "tune", trials=2, validation=0.25, progress=False).run(test_seeds=())
     assert result["trials"] == 2 and result["validation_tuned"] > 0
@@ -89,16 +95,36 @@ def test_search_ranges_are_declared_beside_the_defaults_and_bad_requests_are_nam
 
 def test_a_tune_resumes_after_being_killed_and_writes_a_config_run_accepts(tmp_path):
     out = tmp_path / "tune"
-    command = [sys.executable, "-m", "pfedkit", "tune", str(DIGITS), "--method", "fedprox", "--trials", "4",
-               "--out", str(out), "--seeds", "", "--quiet", "--set", "train.rounds=12", "--set", "run.workers=1",
-               "--set", "run.checkpoint_every=1"]
+    command = [
+        sys.executable,
+        "-m",
+        "pfedkit",
+        "tune",
+        str(DIGITS),
+        "--method",
+        "fedprox",
+        "--trials",
+        "4",
+        "--out",
+        str(out),
+        "--seeds",
+        "",
+        "--quiet",
+        "--set",
+        "train.rounds=12",
+        "--set",
+        "run.workers=1",
+        "--set",
+        "run.checkpoint_every=1",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 240
     while time.time() < deadline:  # kill it inside its second trial, once a round of that trial is checkpointed
         folders = list(out.glob("trials/trial-*"))
-        if len(folders) >= 2 and any((f / "checkpoint.pt").exists() and not (f / "summary.json").exists()
-                                     for f in folders):
+        if len(folders) >= 2 and any(
+            (f / "checkpoint.pt").exists() and not (f / "summary.json").exists() for f in folders
+        ):
             break
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -117,8 +143,20 @@ def test_a_tune_resumes_after_being_killed_and_writes_a_config_run_accepts(tmp_p
     best = load_config(out / "best.toml")
     assert best.method.name == "fedprox" and best.eval.validation == 0 and best.train.rounds == 12
     assert best.method_params()["mu"] in {float(r["mu"]) for r in done}
-    ran = CliRunner().invoke(main, ["run", str(out / "best.toml"), "--out", str(tmp_path / "best"), "--quiet",
-                                    "--set", "train.rounds=1", "--set", "run.workers=1"])
+    ran = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(out / "best.toml"),
+            "--out",
+            str(tmp_path / "best"),
+            "--quiet",
+            "--set",
+            "train.rounds=1",
+            "--set",
+            "run.workers=1",
+        ],
+    )
     assert ran.exit_code == 0, ran.output
     assert (out / "search.png").exists() and "| tuned |" in (out / "tune.md").read_text()
 
@@ -137,10 +175,20 @@ def test_a_pruned_trial_is_never_the_best_and_has_no_score():
 
     mu = optuna.distributions.FloatDistribution(0.001, 1.0, log=True)
     study = optuna.create_study(direction="maximize")
-    study.add_trial(optuna.trial.create_trial(params={"mu": 0.01}, distributions={"mu": mu}, value=0.90,
-                                              intermediate_values={19: 0.90}))
-    study.add_trial(optuna.trial.create_trial(params={"mu": 0.5}, distributions={"mu": mu}, value=0.95,
-                                              intermediate_values={4: 0.95}, state=optuna.trial.TrialState.PRUNED))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"mu": 0.01}, distributions={"mu": mu}, value=0.90, intermediate_values={19: 0.90}
+        )
+    )
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"mu": 0.5},
+            distributions={"mu": mu},
+            value=0.95,
+            intermediate_values={4: 0.95},
+            state=optuna.trial.TrialState.PRUNED,
+        )
+    )
     assert _best(study).params == {"mu": 0.01}
     complete, pruned = trial_rows(study, {"mu": {}})
     assert complete["validation_acc"] == 0.90 and complete["acc_when_stopped"] is None

@@ -7,6 +7,7 @@ The server treats the change the clients' average makes to the global model as a
 of it, and steps with a server learning rate:  v <- beta * v + (w - average),  w <- w - server_lr * v.
 With beta = 0 and server_lr = 1 this is FedAvg.
 """
+
 from __future__ import annotations
 
 from typing import Mapping

@@ -4,6 +4,7 @@
 Layout of an archive: `train/<class>/*.{jpg,png}`, `test/<class>/*`, and for CIFAR-100 `fine_label_names.txt` (the
 label order). CIFAR-10's class folders are its label names, whose alphabetical order is CIFAR-10's own.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,11 +34,21 @@ class ImageArchive:
 
 
 ARCHIVES = {
-    "cifar10": ImageArchive("cifar10", "cifar10-jpeg", "cifar10-jpeg.tar.gz",
-                            "0bfcb68717a0ecb0d51ed61034906a773d48d424d94b766a46d7d1c55702a4d9", "CIFAR-10, JPEG copy"),
-    "cifar100": ImageArchive("cifar100", "cifar100-png", "cifar100-png.tar.gz",
-                             "a2d2f5298a9042a2df3613c47b1b2d0358e634ebf47516778350336f3b12c8cf",
-                             "CIFAR-100, reconstructed PNG copy", label_file="fine_label_names.txt"),
+    "cifar10": ImageArchive(
+        "cifar10",
+        "cifar10-jpeg",
+        "cifar10-jpeg.tar.gz",
+        "0bfcb68717a0ecb0d51ed61034906a773d48d424d94b766a46d7d1c55702a4d9",
+        "CIFAR-10, JPEG copy",
+    ),
+    "cifar100": ImageArchive(
+        "cifar100",
+        "cifar100-png",
+        "cifar100-png.tar.gz",
+        "a2d2f5298a9042a2df3613c47b1b2d0358e634ebf47516778350336f3b12c8cf",
+        "CIFAR-100, reconstructed PNG copy",
+        label_file="fine_label_names.txt",
+    ),
 }
 
 
@@ -58,19 +69,27 @@ def verify_archive(name: str, root: Path) -> Path:
     """The archive's path once its SHA-256 is the expected one (and SHA256SUMS beside it, if any, agrees)."""
     spec, path = ARCHIVES[name], archive_path(name, root)
     if not path.is_file():
-        raise DataError(f"{name}: missing file {path} (expected sha256 {spec.sha256}); it is the {spec.description} "
-                        f"kept in this project's shared data folder: pass --data-root pointing at the folder that holds "
-                        f"{spec.folder}/")
+        raise DataError(
+            f"{name}: missing file {path} (expected sha256 {spec.sha256}); it is the {spec.description} "
+            f"kept in this project's shared data folder: pass --data-root pointing at the folder that holds "
+            f"{spec.folder}/"
+        )
     sums = path.parent / "SHA256SUMS"
     if sums.is_file():
-        listed = {line.split()[-1].lstrip("*"): line.split()[0] for line in sums.read_text().splitlines() if line.strip()}
+        listed = {
+            line.split()[-1].lstrip("*"): line.split()[0] for line in sums.read_text().splitlines() if line.strip()
+        }
         if listed.get(spec.file, spec.sha256) != spec.sha256:
-            raise DataError(f"{sums} lists {listed[spec.file]} for {spec.file}, not the {spec.sha256} this pfedkit "
-                            "expects: the copy was replaced; fetch the project's copy again")
+            raise DataError(
+                f"{sums} lists {listed[spec.file]} for {spec.file}, not the {spec.sha256} this pfedkit "
+                "expects: the copy was replaced; fetch the project's copy again"
+            )
     actual = file_sha256(path)
     if actual != spec.sha256:
-        raise DataError(f"{name}: corrupt file {path}: sha256 is {actual}, expected {spec.sha256}; replace it with the "
-                        "project's shared copy")
+        raise DataError(
+            f"{name}: corrupt file {path}: sha256 is {actual}, expected {spec.sha256}; replace it with the "
+            "project's shared copy"
+        )
     return path
 
 

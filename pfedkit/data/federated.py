@@ -1,4 +1,5 @@
 """FederatedDataset: one in-memory tensor pool, per-client train/test indices, and their statistics."""
+
 from __future__ import annotations
 
 import sys
@@ -49,11 +50,17 @@ class FederatedDataset:
             return self
         train_x, train_y = self.train_x.to(device), self.train_y.to(device)
         pooled = self.test_x is self.train_x  # protocol pfllib: train and test indices share one pool
-        server = self.server and replace(self.server, **{k: getattr(self.server, k).to(device)
-                                                          for k in ("val_x", "val_y", "proxy_x", "proxy_y")})
-        return replace(self, train_x=train_x, train_y=train_y, server=server,
-                       test_x=train_x if pooled else self.test_x.to(device),
-                       test_y=train_y if pooled else self.test_y.to(device))
+        server = self.server and replace(
+            self.server, **{k: getattr(self.server, k).to(device) for k in ("val_x", "val_y", "proxy_x", "proxy_y")}
+        )
+        return replace(
+            self,
+            train_x=train_x,
+            train_y=train_y,
+            server=server,
+            test_x=train_x if pooled else self.test_x.to(device),
+            test_y=train_y if pooled else self.test_y.to(device),
+        )
 
     def client(self, cid: int) -> ClientData:
         tr, te = torch.from_numpy(self.train_idx[cid]), torch.from_numpy(self.test_idx[cid])
@@ -71,8 +78,9 @@ class FederatedDataset:
 
 
 def default_min_samples(config: Config, pool_size: int) -> int:
-    return pfllib_min_samples(pool_size, config.partition.clients, config.train.batch_size,
-                              train_fraction=1 - config.partition.test_fraction)
+    return pfllib_min_samples(
+        pool_size, config.partition.clients, config.train.batch_size, train_fraction=1 - config.partition.test_fraction
+    )
 
 
 def partition_clients(y: np.ndarray, config: Config, seed: int, pool_size: int, **options) -> list[np.ndarray]:
@@ -88,8 +96,11 @@ def partition_clients(y: np.ndarray, config: Config, seed: int, pool_size: int, 
     except UnreachableMinimum as err:
         if err.best < 1:
             raise
-        print(f"note: no Dirichlet draw gave all {part.clients} clients PFLlib's minimum of {derived} samples; "
-              f"partitioned with at least {err.best} each (set partition.min_samples to choose)", file=sys.stderr)
+        print(
+            f"note: no Dirichlet draw gave all {part.clients} clients PFLlib's minimum of {derived} samples; "
+            f"partitioned with at least {err.best} each (set partition.min_samples to choose)",
+            file=sys.stderr,
+        )
         return partition_labels(y, part.scheme, part.clients, seed, min_samples=err.best, **options)
 
 
@@ -98,9 +109,11 @@ def check_every_client_trains(train_idx: list[np.ndarray], config: Config) -> No
     empty = [cid for cid, idx in enumerate(train_idx) if len(idx) == 0]
     if empty:
         shown = ", ".join(map(str, empty[:8])) + (", ..." if len(empty) > 8 else "")
-        raise ConfigError(f"{len(empty)} of {len(train_idx)} clients have no training samples (clients {shown}); set "
-                          "partition.min_samples to at least 1 (left out, PFLlib's minimum applies), or use fewer "
-                          "partition.clients")
+        raise ConfigError(
+            f"{len(empty)} of {len(train_idx)} clients have no training samples (clients {shown}); set "
+            "partition.min_samples to at least 1 (left out, PFLlib's minimum applies), or use fewer "
+            "partition.clients"
+        )
 
 
 def keep_fraction(source: DataSource, fraction: float, seed: int) -> DataSource:
@@ -115,7 +128,9 @@ def keep_fraction(source: DataSource, fraction: float, seed: int) -> DataSource:
         return x[pick], y[pick]
 
     train_x, train_y = kept(source.train_x, source.train_y, "train")
-    test_x, test_y = (source.test_x, source.test_y) if source.test_x is None else kept(source.test_x, source.test_y, "test")
+    test_x, test_y = (
+        (source.test_x, source.test_y) if source.test_x is None else kept(source.test_x, source.test_y, "test")
+    )
     return replace(source, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
 
 
@@ -128,9 +143,11 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     source = keep_fraction(source, config.data.fraction, config.run.seed)
     if len(source.train_y) < config.partition.clients:
         smallest = config.partition.clients / max(total, 1)
-        raise ConfigError(f"data.fraction = {config.data.fraction:g} keeps {len(source.train_y)} of the {total} training "
-                          f"samples of {config.data.dataset}, fewer than partition.clients = {config.partition.clients}; "
-                          f"use a data.fraction of at least {smallest:.2g} (a few times that for a useful run)")
+        raise ConfigError(
+            f"data.fraction = {config.data.fraction:g} keeps {len(source.train_y)} of the {total} training "
+            f"samples of {config.data.dataset}, fewer than partition.clients = {config.partition.clients}; "
+            f"use a data.fraction of at least {smallest:.2g} (a few times that for a useful run)"
+        )
     source, server = split_server_data(config.proxy, source, config.run.seed, config.data.root)
     part, seed = config.partition, config.run.seed
     options = dict(
@@ -154,11 +171,25 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
         check_every_client_trains(train_idx, config)
         if config.eval.validation > 0:  # the test indices are dropped: nothing in a tuning run can read them
             train_idx, test_idx = split_validation(train_idx, config.eval.validation, seed)
-        return FederatedDataset(source.name, "pfllib", source.num_classes, source.input_shape, x, y, x, y, train_idx, test_idx,
-                                server, checksum, source.origin, source.origin_sha256)
+        return FederatedDataset(
+            source.name,
+            "pfllib",
+            source.num_classes,
+            source.input_shape,
+            x,
+            y,
+            x,
+            y,
+            train_idx,
+            test_idx,
+            server,
+            checksum,
+            source.origin,
+            source.origin_sha256,
+        )
     if source.test_x is None:
         raise ConfigError(
-            f"dataset {source.name} has no official test split, so `eval.protocol = \"official-test\"` cannot be used; "
+            f'dataset {source.name} has no official test split, so `eval.protocol = "official-test"` cannot be used; '
             'use `eval.protocol = "pfllib"`'
         )
     y = source.train_y.numpy()
@@ -166,12 +197,36 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     check_every_client_trains(train_idx, config)
     if config.eval.validation > 0:  # the official test split is not kept: a tuning run evaluates on training data
         train_idx, val_idx = split_validation(train_idx, config.eval.validation, seed)
-        return FederatedDataset(source.name, "official-test", source.num_classes, source.input_shape, source.train_x,
-                                source.train_y, source.train_x, source.train_y, train_idx, val_idx, server, checksum,
-                                source.origin, source.origin_sha256)
+        return FederatedDataset(
+            source.name,
+            "official-test",
+            source.num_classes,
+            source.input_shape,
+            source.train_x,
+            source.train_y,
+            source.train_x,
+            source.train_y,
+            train_idx,
+            val_idx,
+            server,
+            checksum,
+            source.origin,
+            source.origin_sha256,
+        )
     test_idx = draw_test_like(y, train_idx, source.test_y.numpy(), seed, per_client=part.test_per_client)
     return FederatedDataset(
-        source.name, "official-test", source.num_classes, source.input_shape,
-        source.train_x, source.train_y, source.test_x, source.test_y, train_idx, test_idx, server, checksum,
-        source.origin, source.origin_sha256,
+        source.name,
+        "official-test",
+        source.num_classes,
+        source.input_shape,
+        source.train_x,
+        source.train_y,
+        source.test_x,
+        source.test_y,
+        train_idx,
+        test_idx,
+        server,
+        checksum,
+        source.origin,
+        source.origin_sha256,
     )

@@ -1,4 +1,5 @@
 """Checksums, verified downloads and safe archive extraction for the datasets that have official files."""
+
 from __future__ import annotations
 
 import gzip
@@ -92,7 +93,7 @@ def md5_of(path: Path, decompressed: bool = False) -> str:
     if key not in _MD5_CACHE:
         h = hashlib.md5()
         try:
-            with (gzip.open(path, "rb") if decompressed else open(path, "rb")) as f:
+            with gzip.open(path, "rb") if decompressed else open(path, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
         except (OSError, EOFError, zlib.error):  # not gzip, truncated or damaged: no content digest can match
@@ -109,8 +110,10 @@ def official_url(name: str, relpath: str) -> str:
 
 
 def fetch_hint(name: str, root: Path, relpath: str) -> str:
-    return (f"fix: run `pfedkit data fetch {name} --data-root {root}` "
-            f"or download {official_url(name, relpath)} into {root / name}")
+    return (
+        f"fix: run `pfedkit data fetch {name} --data-root {root}` "
+        f"or download {official_url(name, relpath)} into {root / name}"
+    )
 
 
 def verify_file(name: str, root: Path, relpath: str, path: Path | None = None) -> Path:
@@ -122,8 +125,10 @@ def verify_file(name: str, root: Path, relpath: str, path: Path | None = None) -
     actual = md5_of(path)
     content = CONTENT_CHECKSUMS.get(name, {}).get(relpath)
     if actual != expected and not (content and md5_of(path, decompressed=True) == content):
-        raise DataError(f"{name}: corrupt file {path}: md5 is {actual}, expected {expected}; "
-                        f"delete it and {fetch_hint(name, root, relpath)}")
+        raise DataError(
+            f"{name}: corrupt file {path}: md5 is {actual}, expected {expected}; "
+            f"delete it and {fetch_hint(name, root, relpath)}"
+        )
     return path
 
 
@@ -144,13 +149,21 @@ def download(url: str, dest: Path, md5: str, progress: bool = True) -> Path:
                             digest.update(chunk)
                             bar.update(len(chunk))
             except (urllib.error.URLError, OSError) as e:  # HTTPError is a URLError; timeouts are OSErrors
-                reason = f"HTTP {e.code} {e.reason}" if isinstance(e, urllib.error.HTTPError) else str(getattr(e, "reason", e))
-                raise DataError(f"could not download {dest.name} from {url}: {reason}; "
-                                f"check the network, or download it by hand into {dest.parent} (expected md5 {md5})") from e
+                reason = (
+                    f"HTTP {e.code} {e.reason}"
+                    if isinstance(e, urllib.error.HTTPError)
+                    else str(getattr(e, "reason", e))
+                )
+                raise DataError(
+                    f"could not download {dest.name} from {url}: {reason}; "
+                    f"check the network, or download it by hand into {dest.parent} (expected md5 {md5})"
+                ) from e
         actual = digest.hexdigest()
         if actual != md5:
-            raise DataError(f"downloaded {dest.name} from {url} is corrupt: md5 is {actual}, expected {md5}; "
-                            f"nothing was kept; retry, or download it by hand into {dest.parent}")
+            raise DataError(
+                f"downloaded {dest.name} from {url} is corrupt: md5 is {actual}, expected {md5}; "
+                f"nothing was kept; retry, or download it by hand into {dest.parent}"
+            )
         os.replace(tmp, dest)
         return dest
     finally:
@@ -162,8 +175,10 @@ def _check_members(archive: Path, members: list[tarfile.TarInfo]) -> None:
     for m in members:
         parts = Path(m.name).parts
         if m.name.startswith(("/", "\\")) or ".." in parts or not (m.isfile() or m.isdir()):
-            raise DataError(f"archive {archive} has an unsafe member {m.name!r} (absolute path, '..' or a link); "
-                            "refusing to extract it; delete the archive and download it again")
+            raise DataError(
+                f"archive {archive} has an unsafe member {m.name!r} (absolute path, '..' or a link); "
+                "refusing to extract it; delete the archive and download it again"
+            )
 
 
 def extract_tar(archive: Path, folder: Path, top: str) -> Path:

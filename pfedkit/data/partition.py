@@ -14,6 +14,7 @@ Dirichlet draw suggests: at 500 clients, 50,000 labels, 100 classes and beta 0.3
 44-73 samples (median 61), so the default of 40 is met on the first draw; at beta 0.05 it is never met (the
 smallest client stays near 20), which is where PFLlib hangs and we raise.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,11 +32,22 @@ def pfllib_min_samples(num_labels: int, num_clients: int, batch_size: int = 10, 
     return max(1, int(min(batch_size / (1 - train_fraction), num_labels / num_clients / 2)))
 
 
-def partition_labels(labels: np.ndarray, scheme: str, num_clients: int, seed: int, *,
-                     beta: float = 0.1, classes_per_client: int = 2, balanced: bool = False,
-                     min_samples: int | None = None, max_redraws: int = 1000,
-                     samples_per_client: int = 600, uniform_share: float = 0.2, reuse_samples: bool = False,
-                     num_classes: int | None = None) -> list[np.ndarray]:
+def partition_labels(
+    labels: np.ndarray,
+    scheme: str,
+    num_clients: int,
+    seed: int,
+    *,
+    beta: float = 0.1,
+    classes_per_client: int = 2,
+    balanced: bool = False,
+    min_samples: int | None = None,
+    max_redraws: int = 1000,
+    samples_per_client: int = 600,
+    uniform_share: float = 0.2,
+    reuse_samples: bool = False,
+    num_classes: int | None = None,
+) -> list[np.ndarray]:
     """One sorted int64 array of indices into `labels` per client.
 
     iid: a seeded shuffle cut into near-equal parts.
@@ -74,8 +86,9 @@ def partition_labels(labels: np.ndarray, scheme: str, num_clients: int, seed: in
     return _assign(labels, num_classes, counts, rng)
 
 
-def split_train_test(client_indices: list[np.ndarray], test_fraction: float, seed: int, *, salt: int = _SPLIT_SALT
-                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def split_train_test(
+    client_indices: list[np.ndarray], test_fraction: float, seed: int, *, salt: int = _SPLIT_SALT
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Protocol "pfllib": per client, a seeded shuffle puts round(test_fraction * n) samples in test.
 
     The test count is rounded half up and kept in [1, n - 1] when n >= 2 so both splits are non-empty; a client
@@ -95,15 +108,23 @@ def split_train_test(client_indices: list[np.ndarray], test_fraction: float, see
     return train, test
 
 
-def split_validation(train_indices: list[np.ndarray], share: float, seed: int
-                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def split_validation(
+    train_indices: list[np.ndarray], share: float, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each client's training indices split into (train, validation): a seeded share, on its own random stream, so
     the same seed gives every tuning trial the same validation split."""
     return split_train_test(train_indices, share, seed, salt=_VALIDATION_SALT)
 
 
-def draw_test_like(train_labels: np.ndarray, client_train_indices: list[np.ndarray], test_labels: np.ndarray,
-                   seed: int, *, per_client: int | None = None, ratio: float | None = None) -> list[np.ndarray]:
+def draw_test_like(
+    train_labels: np.ndarray,
+    client_train_indices: list[np.ndarray],
+    test_labels: np.ndarray,
+    seed: int,
+    *,
+    per_client: int | None = None,
+    ratio: float | None = None,
+) -> list[np.ndarray]:
     """Protocol "official-test": per client, indices into the official test set with its training label mix.
 
     Size: `per_client`, else round(ratio * n_train), else n_train * len(test) / len(train) (rounded). Per-class
@@ -155,16 +176,19 @@ def label_counts(labels: np.ndarray, client_indices: list[np.ndarray], num_class
     flat = np.concatenate([np.asarray(idx, dtype=np.int64) for idx in client_indices]) if n else np.empty(0, np.int64)
     picked = labels[flat].astype(np.int64)
     if picked.size and (picked.min() < 0 or picked.max() >= num_classes):
-        raise DataError(f"labels must lie in [0, {num_classes}); got {picked.min()}..{picked.max()}; "
-                        "pass the right num_classes")
+        raise DataError(
+            f"labels must lie in [0, {num_classes}); got {picked.min()}..{picked.max()}; pass the right num_classes"
+        )
     owner = np.repeat(np.arange(n, dtype=np.int64), sizes)
     return np.bincount(owner * num_classes + picked, minlength=n * num_classes).reshape(n, num_classes)
 
 
 # --- schemes: each returns a [classes, clients] matrix of how many samples of a class go to a client ---------------
 
-def _dirichlet_counts(class_sizes: np.ndarray, n: int, beta: float, min_samples: int, max_redraws: int,
-                      rng: np.random.Generator) -> np.ndarray:
+
+def _dirichlet_counts(
+    class_sizes: np.ndarray, n: int, beta: float, min_samples: int, max_redraws: int, rng: np.random.Generator
+) -> np.ndarray:
     total = int(class_sizes.sum())
     if not np.isfinite(beta) or beta <= 0:
         raise DataError(f"dirichlet: beta must be a positive number, got {beta}")
@@ -208,7 +232,9 @@ def _dirichlet_counts(class_sizes: np.ndarray, n: int, beta: float, min_samples:
     raise UnreachableMinimum(
         f"dirichlet: after {max_redraws} draws no partition gave every client min_samples={min_samples} samples "
         f"(best smallest client: {best}); raise beta (now {beta}), use fewer clients (now {n}), lower min_samples, "
-        "or raise max_redraws", best)
+        "or raise max_redraws",
+        best,
+    )
 
 
 class UnreachableMinimum(DataError):
@@ -219,16 +245,20 @@ class UnreachableMinimum(DataError):
         self.best = best
 
 
-def _pathological_counts(labels: np.ndarray, num_classes: int, n: int, cpc: int, balanced: bool,
-                         min_samples: int, rng: np.random.Generator) -> np.ndarray:
+def _pathological_counts(
+    labels: np.ndarray, num_classes: int, n: int, cpc: int, balanced: bool, min_samples: int, rng: np.random.Generator
+) -> np.ndarray:
     available = np.bincount(labels, minlength=num_classes)
     present = np.flatnonzero(available)
     if cpc < 1 or cpc > len(present):
-        raise DataError(f"pathological: classes_per_client={cpc} but the labels hold {len(present)} classes; "
-                        f"use 1..{len(present)}")
+        raise DataError(
+            f"pathological: classes_per_client={cpc} but the labels hold {len(present)} classes; use 1..{len(present)}"
+        )
     if n * cpc < len(present):
-        raise DataError(f"pathological: {n} clients x {cpc} classes cannot cover all {len(present)} classes, so "
-                        "samples would be left out; use more clients or a larger classes_per_client")
+        raise DataError(
+            f"pathological: {n} clients x {cpc} classes cannot cover all {len(present)} classes, so "
+            "samples would be left out; use more clients or a larger classes_per_client"
+        )
     # Cycling through one shuffled class list: any cpc consecutive slots are distinct, and each class fills
     # floor or ceil of n*cpc/C slots; shuffling the rows then hands the class sets to random clients.
     cycle = rng.permutation(present)
@@ -238,8 +268,10 @@ def _pathological_counts(labels: np.ndarray, num_classes: int, n: int, cpc: int,
         holders = np.flatnonzero((slots == k).any(axis=1))
         m, h = int(available[k]), len(holders)
         if m < h:
-            raise DataError(f"pathological: class {k} has {m} samples but {h} clients need at least one each; "
-                            "use fewer clients or a smaller classes_per_client")
+            raise DataError(
+                f"pathological: class {k} has {m} samples but {h} clients need at least one each; "
+                "use fewer clients or a smaller classes_per_client"
+            )
         if balanced:
             shard = np.full(h, m // h) + (np.arange(h) < m % h)
         else:
@@ -251,8 +283,9 @@ def _pathological_counts(labels: np.ndarray, num_classes: int, n: int, cpc: int,
     return counts
 
 
-def _dominant_counts(labels: np.ndarray, num_classes: int, n: int, per_client: int, share: float,
-                     reuse: bool = False) -> np.ndarray:
+def _dominant_counts(
+    labels: np.ndarray, num_classes: int, n: int, per_client: int, share: float, reuse: bool = False
+) -> np.ndarray:
     if num_classes < 3:
         raise DataError(f"dominant-classes needs at least 3 classes, got {num_classes}; use another scheme")
     if per_client < 1:
@@ -286,6 +319,7 @@ def _dominant_counts(labels: np.ndarray, num_classes: int, n: int, per_client: i
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------
+
 
 def _assign(labels: np.ndarray, num_classes: int, counts: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
     """Deal each class's shuffled samples out in client order following counts [classes, clients]."""

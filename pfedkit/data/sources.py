@@ -1,4 +1,5 @@
 """Read datasets from their standard distribution files into memory as normalized float32 NCHW tensors."""
+
 from __future__ import annotations
 
 import gzip
@@ -18,7 +19,15 @@ from pfedkit.data import archives, fetch
 from pfedkit.errors import DataError
 
 DATASET_NAMES: tuple[str, ...] = (
-    "mnist", "fashion-mnist", "cifar10", "cifar100", "flowers102", "caltech101", "tiny-imagenet", "digits", "synthetic",
+    "mnist",
+    "fashion-mnist",
+    "cifar10",
+    "cifar100",
+    "flowers102",
+    "caltech101",
+    "tiny-imagenet",
+    "digits",
+    "synthetic",
 )
 
 # Other places a dataset may already be installed, searched after <root>/<name>.
@@ -28,12 +37,18 @@ EXTRA_DIRS: dict[str, tuple[Path, ...]] = {
 
 # Where to get the datasets that `pfedkit data fetch` cannot download, and the layout we read.
 MANUAL_SOURCES: dict[str, str] = {
-    "flowers102": ("get Oxford Flowers-102 from https://www.robots.ox.ac.uk/~vgg/data/flowers/102/ and arrange it as "
-                   "<root>/flowers102/train/<class>/*.jpg (and test/<class>/), or <root>/flowers102/<class>/*.jpg"),
-    "caltech101": ("get Caltech-101 from https://data.caltech.edu/records/mzrjq-6wc02 and extract it so that "
-                   "<root>/caltech101/101_ObjectCategories/<class>/*.jpg exists"),
-    "tiny-imagenet": ("get http://cs231n.stanford.edu/tiny-imagenet-200.zip and unzip it so that "
-                      "<root>/tiny-imagenet/tiny-imagenet-200/train/ and val/ exist"),
+    "flowers102": (
+        "get Oxford Flowers-102 from https://www.robots.ox.ac.uk/~vgg/data/flowers/102/ and arrange it as "
+        "<root>/flowers102/train/<class>/*.jpg (and test/<class>/), or <root>/flowers102/<class>/*.jpg"
+    ),
+    "caltech101": (
+        "get Caltech-101 from https://data.caltech.edu/records/mzrjq-6wc02 and extract it so that "
+        "<root>/caltech101/101_ObjectCategories/<class>/*.jpg exists"
+    ),
+    "tiny-imagenet": (
+        "get http://cs231n.stanford.edu/tiny-imagenet-200.zip and unzip it so that "
+        "<root>/tiny-imagenet/tiny-imagenet-200/train/ and val/ exist"
+    ),
     "digits": "no download is needed: digits ships with scikit-learn",
     "synthetic": "no download is needed: synthetic data is generated in memory",
 }
@@ -86,7 +101,12 @@ def labels_tensor(labels) -> torch.Tensor:
 
 # ---------------------------------------------------------------- MNIST and Fashion-MNIST (IDX .gz)
 
-IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+IDX_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 
 
 def read_idx(path: Path, ndim: int) -> np.ndarray:
@@ -96,13 +116,16 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     except (OSError, EOFError) as e:
         raise DataError(f"{path} is not a readable gzip file ({e}); delete it and fetch it again") from e
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
-        raise DataError(f"{path} has a bad IDX header {raw[:4].hex()} (expected 000008{ndim:02x}: "
-                        f"unsigned bytes, {ndim} dims); delete it and fetch it again")
+        raise DataError(
+            f"{path} has a bad IDX header {raw[:4].hex()} (expected 000008{ndim:02x}: "
+            f"unsigned bytes, {ndim} dims); delete it and fetch it again"
+        )
     header = 4 + 4 * ndim
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4)) if len(raw) >= header else ()
     if len(dims) != ndim or len(raw) - header != int(np.prod(dims)):
-        raise DataError(f"{path}: IDX dims {dims} do not match its {len(raw) - header} data bytes; "
-                        "delete it and fetch it again")
+        raise DataError(
+            f"{path}: IDX dims {dims} do not match its {len(raw) - header} data bytes; delete it and fetch it again"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
@@ -124,8 +147,10 @@ def load_idx_dataset(name: str, root: Path) -> DataSource:
     for prefix in ("train", "t10k"):
         images, labels = arrays[f"{prefix}-images-idx3-ubyte.gz"], arrays[f"{prefix}-labels-idx1-ubyte.gz"]
         if len(images) != len(labels) or labels.max(initial=0) > 9:
-            raise DataError(f"{name}: {folder}/{prefix}-* has {len(images)} images and {len(labels)} labels "
-                            f"(max {labels.max(initial=0)}), expected equal counts and labels 0..9; delete them and fetch again")
+            raise DataError(
+                f"{name}: {folder}/{prefix}-* has {len(images)} images and {len(labels)} labels "
+                f"(max {labels.max(initial=0)}), expected equal counts and labels 0..9; delete them and fetch again"
+            )
         splits.append((normalize(images[:, None]), labels_tensor(labels)))
     (train_x, train_y), (test_x, test_y) = splits
     return DataSource(name, train_x, train_y, test_x, test_y, 10)
@@ -140,6 +165,7 @@ def load_fashion_mnist(root: Path) -> DataSource:
 
 
 # ---------------------------------------------------------------- CIFAR-10/100 (python pickles)
+
 
 def _numpy_reconstruct():
     try:
@@ -166,8 +192,10 @@ class RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         factory = _SAFE_GLOBALS.get((module, name))
         if factory is None:
-            raise DataError(f"forbidden global {module}.{name} in a dataset pickle; "
-                            "only numpy arrays are allowed, so the file is not a genuine CIFAR batch")
+            raise DataError(
+                f"forbidden global {module}.{name} in a dataset pickle; "
+                "only numpy arrays are allowed, so the file is not a genuine CIFAR batch"
+            )
         return factory()
 
 
@@ -179,7 +207,9 @@ def read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray
     except DataError as e:
         raise DataError(f"{path}: {e}") from None
     except Exception as e:  # a truncated or garbled pickle can raise nearly anything
-        raise DataError(f"{path} is not a readable CIFAR batch ({type(e).__name__}: {e}); delete it and fetch again") from e
+        raise DataError(
+            f"{path} is not a readable CIFAR batch ({type(e).__name__}: {e}); delete it and fetch again"
+        ) from e
     if not isinstance(batch, dict):
         raise DataError(f"{path} is not a CIFAR batch (a {type(batch).__name__}, expected a dict)")
     entries = {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
@@ -187,8 +217,9 @@ def read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray
         raise DataError(f"{path} lacks the keys 'data' and {label_key!r} of a CIFAR batch; delete it and fetch again")
     data, labels = np.asarray(entries["data"]), np.asarray(entries[label_key], dtype=np.int64)
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-        raise DataError(f"{path}: data {data.dtype} {data.shape} with {len(labels)} labels, "
-                        "expected uint8 [n, 3072] with n labels")
+        raise DataError(
+            f"{path}: data {data.dtype} {data.shape} with {len(labels)} labels, expected uint8 [n, 3072] with n labels"
+        )
     return data.reshape(-1, 3, 32, 32), labels
 
 
@@ -198,8 +229,11 @@ def official_cifar_folder(name: str, root: Path) -> Path:
 
 def reads_archive_copy(name: str, root: Path) -> bool:
     """True where the shared image-archive copy stands in: no official python batches, and the archive is there."""
-    return (name in archives.ARCHIVES and not official_cifar_folder(name, root).is_dir()
-            and archives.archive_path(name, root).is_file())
+    return (
+        name in archives.ARCHIVES
+        and not official_cifar_folder(name, root).is_dir()
+        and archives.archive_path(name, root).is_file()
+    )
 
 
 def archive_copy_hint(name: str, root: Path) -> str:
@@ -211,9 +245,16 @@ def load_cifar(name: str, root: Path, label_key: str, num_classes: int) -> DataS
     official = official_cifar_folder(name, root)
     if reads_archive_copy(name, root):
         arrays = archives.load_archive(name, root, log=lambda line: print(line, file=sys.stderr))
-        return DataSource(name, normalize(arrays["train_x"]), labels_tensor(arrays["train_y"]),
-                          normalize(arrays["test_x"]), labels_tensor(arrays["test_y"]), num_classes,
-                          origin=archives.ARCHIVES[name].description, origin_sha256=archives.ARCHIVES[name].sha256)
+        return DataSource(
+            name,
+            normalize(arrays["train_x"]),
+            labels_tensor(arrays["train_y"]),
+            normalize(arrays["test_x"]),
+            labels_tensor(arrays["test_y"]),
+            num_classes,
+            origin=archives.ARCHIVES[name].description,
+            origin_sha256=archives.ARCHIVES[name].sha256,
+        )
     train, test = [], []
     for rel in fetch.CHECKSUMS[name]:
         try:
@@ -228,8 +269,15 @@ def load_cifar(name: str, root: Path, label_key: str, num_classes: int) -> DataS
     for y in (y_tr, y_te):
         if y.min(initial=0) < 0 or y.max(initial=0) >= num_classes:
             raise DataError(f"{name}: labels outside 0..{num_classes - 1} in {root / name}; delete it and fetch again")
-    return DataSource(name, normalize(x_tr), labels_tensor(y_tr), normalize(x_te), labels_tensor(y_te), num_classes,
-                      origin=f"{'CIFAR-10' if name == 'cifar10' else 'CIFAR-100'}, official python batches")
+    return DataSource(
+        name,
+        normalize(x_tr),
+        labels_tensor(y_tr),
+        normalize(x_te),
+        labels_tensor(y_te),
+        num_classes,
+        origin=f"{'CIFAR-10' if name == 'cifar10' else 'CIFAR-100'}, official python batches",
+    )
 
 
 def load_cifar10(root: Path) -> DataSource:
@@ -241,6 +289,7 @@ def load_cifar100(root: Path) -> DataSource:
 
 
 # ---------------------------------------------------------------- folders of images per class
+
 
 def class_folders(folder: Path, skip: tuple[str, ...] = ()) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.is_dir() and p.name not in skip), key=lambda p: p.name)
@@ -267,8 +316,9 @@ def read_images(paths: list[Path], size: int) -> np.ndarray:
     return out.transpose(0, 3, 1, 2)
 
 
-def read_image_folder(folder: Path, size: int, classes: list[str] | None = None,
-                      skip: tuple[str, ...] = ()) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+def read_image_folder(
+    folder: Path, size: int, classes: list[str] | None = None, skip: tuple[str, ...] = ()
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """<folder>/<class>/*.{jpg,jpeg,png}, classes sorted by name (or the given list, e.g. the train split's)."""
     if classes is None:
         classes = [p.name for p in class_folders(folder, skip)]
@@ -321,7 +371,9 @@ def load_tiny_imagenet(root: Path, size: int = 64) -> DataSource:
         labels += [label] * len(files)
     if not paths:
         raise DataError(f"tiny-imagenet: no images under {train}/<wnid>/images/; {MANUAL_SOURCES['tiny-imagenet']}")
-    source = DataSource("tiny-imagenet", normalize(read_images(paths, size)), labels_tensor(labels), None, None, len(wnids))
+    source = DataSource(
+        "tiny-imagenet", normalize(read_images(paths, size)), labels_tensor(labels), None, None, len(wnids)
+    )
     annotations = base / "val" / "val_annotations.txt"
     if annotations.is_file():  # the official val split serves as the test split (the real test labels are withheld)
         index = {w: i for i, w in enumerate(wnids)}
@@ -331,7 +383,9 @@ def load_tiny_imagenet(root: Path, size: int = 64) -> DataSource:
                 continue
             fields = line.split("\t")
             if len(fields) < 2 or fields[1] not in index:
-                raise DataError(f"{annotations} line {n}: expected '<file>\\t<wnid>...' with a wnid from train/, got {line!r}")
+                raise DataError(
+                    f"{annotations} line {n}: expected '<file>\\t<wnid>...' with a wnid from train/, got {line!r}"
+                )
             val_paths.append(base / "val" / "images" / fields[0])
             val_labels.append(index[fields[1]])
         source.test_x, source.test_y = normalize(read_images(val_paths, size)), labels_tensor(val_labels)
@@ -339,6 +393,7 @@ def load_tiny_imagenet(root: Path, size: int = 64) -> DataSource:
 
 
 # ---------------------------------------------------------------- offline data
+
 
 def load_digits(root: Path) -> DataSource:
     from sklearn.datasets import load_digits as sk_digits
@@ -348,13 +403,21 @@ def load_digits(root: Path) -> DataSource:
     return DataSource("digits", x.contiguous(), labels_tensor(bunch.target), None, None, 10)
 
 
-def load_synthetic(root: Path, num_classes: int = 10, samples: int = 2000, test_samples: int = 500,
-                   shape: tuple[int, int, int] = (1, 8, 8), seed: int = 0) -> DataSource:
+def load_synthetic(
+    root: Path,
+    num_classes: int = 10,
+    samples: int = 2000,
+    test_samples: int = 500,
+    shape: tuple[int, int, int] = (1, 8, 8),
+    seed: int = 0,
+) -> DataSource:
     """Gaussian classes around seeded random means: learnable well above chance by a small model in a few epochs."""
     shape = tuple(int(s) for s in shape)
     if len(shape) != 3 or min(shape) < 1 or num_classes < 2 or samples < 1 or test_samples < 0:
-        raise DataError(f"synthetic: bad options num_classes={num_classes}, samples={samples}, "
-                        f"test_samples={test_samples}, shape={shape}; need shape (C, H, W) and at least 2 classes")
+        raise DataError(
+            f"synthetic: bad options num_classes={num_classes}, samples={samples}, "
+            f"test_samples={test_samples}, shape={shape}; need shape (C, H, W) and at least 2 classes"
+        )
     g = torch.Generator().manual_seed(int(seed))
     means = torch.randn(num_classes, *shape, generator=g) * 0.5
 
@@ -404,8 +467,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, **options) ->
 
 # ---------------------------------------------------------------- fetch and check
 
-def fetch_dataset(name: str, root: str | os.PathLike | None = None, base_url: str | None = None,
-                  progress: bool = True) -> list[Path]:
+
+def fetch_dataset(
+    name: str, root: str | os.PathLike | None = None, base_url: str | None = None, progress: bool = True
+) -> list[Path]:
     """Download `name`'s official files into <root>/<name>/, verify their md5s, return the verified paths."""
     _check_name(name)
     root = resolve_data_root(root)
@@ -447,7 +512,9 @@ def check_dataset(name: str, root: str | os.PathLike | None = None) -> list[str]
             problems[-1] += archive_copy_hint(name, root)
     else:
         checks = {
-            "flowers102": [(root / "flowers102" / s, "") for s in ("train", "test") if (root / "flowers102" / s).is_dir()]
+            "flowers102": [
+                (root / "flowers102" / s, "") for s in ("train", "test") if (root / "flowers102" / s).is_dir()
+            ]
             or [(root / "flowers102", "")],
             "caltech101": [(root / "caltech101" / "101_ObjectCategories", "")],
             "tiny-imagenet": [(root / "tiny-imagenet" / "tiny-imagenet-200" / "train", "images")],

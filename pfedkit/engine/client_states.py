@@ -5,6 +5,7 @@ Versions are named by the round they follow (`after-<round>.pt`). A client train
 newest version older than r, so a run that resumes from its checkpoint replays rounds exactly, and a restarted
 node continues from what it saved. Versions a resume can no longer ask for are deleted.
 """
+
 from __future__ import annotations
 
 import gc
@@ -50,9 +51,11 @@ class ClientStateStore:
         stored = read_state(path)
         if set(stored) == {RUN, STATE}:  # written with the identity of its run
             if self.run_id and stored[RUN] != self.run_id:
-                raise PfedkitError(f"client state {path} was written by another run (run identity {stored[RUN]}, this "
-                                   f"run's {self.run_id}): it does not belong here; restore this run's own client-state "
-                                   "folder, or start a new --out")
+                raise PfedkitError(
+                    f"client state {path} was written by another run (run identity {stored[RUN]}, this "
+                    f"run's {self.run_id}): it does not belong here; restore this run's own client-state "
+                    "folder, or start a new --out"
+                )
             stored = stored[STATE]
         return stored, older[-1]
 
@@ -107,7 +110,8 @@ class SpilledStates:
             raise PfedkitError(
                 f"client {cid}'s state after round {expected} is missing ({store.path(expected)}): the run cannot go on "
                 f"exactly without it (starting the client afresh would change every result from round {expected + 1}); "
-                "restore that file, or start the run again in a new --out")
+                "restore that file, or start the run again in a new --out"
+            )
         if state is not None:
             self.remember(cid, version, state)
         return state
@@ -122,7 +126,11 @@ class SpilledStates:
         newest one older than `keep_from` on."""
         self.keep_from = keep_from
         for folder in sorted(self.folder.glob("client-state/client-*")):
-            older = sorted(int(m.group(1)) for p in folder.iterdir() if (m := VERSION.match(p.name)) and int(m.group(1)) < keep_from)
+            older = sorted(
+                int(m.group(1))
+                for p in folder.iterdir()
+                if (m := VERSION.match(p.name)) and int(m.group(1)) < keep_from
+            )
             for version in older[:-1]:
                 (folder / f"after-{version}.pt").unlink(missing_ok=True)
 

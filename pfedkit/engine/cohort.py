@@ -11,6 +11,7 @@ steps drop out of later steps; a step's clients are grouped by batch size, so pa
 BatchNorm statistics (each client's own, stacked) see exactly the client's batch. Nothing in the step loop reads a
 value back to the host.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -51,6 +52,7 @@ def stack(states: list[State]) -> dict[str, torch.Tensor]:
 @dataclass
 class Schedule:
     """The step table of one phase over a cohort: which samples each client's t-th batch takes."""
+
     rows: torch.Tensor  # [T, C, B] rows of the data pool (on the device); padding where a client has no such batch
     sizes: np.ndarray  # [T, C] batch sizes; 0 once a client has run out of batches
     draws: Optional[torch.Tensor]  # [T, C, B, 3] augmentation draws (crop-flip), or None
@@ -100,9 +102,10 @@ class Cohort:
         for members in groups.values():  # clients whose plans differ only in their tensors train together
             size = self.cohort_size or len(members)
             for start in range(0, len(members), size):
-                chunk = [prepared[i] for i in members[start:start + size]]
-                trained = self.run_plans([plan for _, _, _, plan in chunk], [data for _, _, data, _ in chunk],
-                                         chunk[0][0].round)
+                chunk = [prepared[i] for i in members[start : start + size]]
+                trained = self.run_plans(
+                    [plan for _, _, _, plan in chunk], [data for _, _, data, _ in chunk], chunk[0][0].round
+                )
                 for (task, client, data, plan), weights in zip(chunk, trained):
                     reply, state = method.plan_result(weights, plan, data, task.round)
                     yield task.cid, (reply, state, self.after_local(task, reply, state, data))
@@ -127,19 +130,31 @@ class Cohort:
                     stage.fn(stacks)
             else:
                 self.run_phase(stacks[stage.model], [plan.phases[index] for plan in plans], datas, round)
-        return [{name: {key: value[slot].detach().clone() for key, value in stacks[name].items()}
-                 for name in plans[0].trained_models()} for slot in range(len(plans))]
+        return [
+            {
+                name: {key: value[slot].detach().clone() for key, value in stacks[name].items()}
+                for name in plans[0].trained_models()
+            }
+            for slot in range(len(plans))
+        ]
 
-    def run_joint(self, stacks: dict[str, dict[str, torch.Tensor]], stage: Joint, datas: list[ClientData],
-                  round: int) -> None:
+    def run_joint(
+        self, stacks: dict[str, dict[str, torch.Tensor]], stage: Joint, datas: list[ClientData], round: int
+    ) -> None:
         """A step the method writes, over several stacked models, on every batch of the clients' shared schedule."""
         rows = [self.train_rows(d.cid) for d in datas]
         augment = self.method.ctx.train.augment == "crop-flip" and self.fed.train_x.dim() == 4
         schedule = self.schedule(stage, datas, rows, round, augment=augment, drop_single=stage.drop_single)
         self.run_steps(stacks, schedule, self.fed.train_x, self.fed.train_y, stage.step)
 
-    def run_steps(self, state: dict[str, dict[str, torch.Tensor]], schedule: "Schedule", pool_x: torch.Tensor,
-                  pool_y: torch.Tensor, step: Callable[[dict, torch.Tensor, torch.Tensor], None]) -> None:
+    def run_steps(
+        self,
+        state: dict[str, dict[str, torch.Tensor]],
+        schedule: "Schedule",
+        pool_x: torch.Tensor,
+        pool_y: torch.Tensor,
+        step: Callable[[dict, torch.Tensor, torch.Tensor], None],
+    ) -> None:
         """`step(view, x, y)` for each step of the schedule, once per batch size among the step's clients: `view`
         holds the stacks of those clients (the stacks themselves when all take part, else copies written back after)
         and changes them in place."""
@@ -151,7 +166,9 @@ class Cohort:
                         draws = None if schedule.draws is None else schedule.draws[t, :, :size]
                     else:
                         index = self.slot_index(slots)
-                        view = {name: {k: v.index_select(0, index) for k, v in part.items()} for name, part in state.items()}
+                        view = {
+                            name: {k: v.index_select(0, index) for k, v in part.items()} for name, part in state.items()
+                        }
                         rows = schedule.rows[t].index_select(0, index)[:, :size]
                         draws = None if schedule.draws is None else schedule.draws[t].index_select(0, index)[:, :size]
                     x = pool_x[rows]
@@ -164,8 +181,9 @@ class Cohort:
                                 for k, value in part.items():
                                     state[name][k].index_copy_(0, index, value)
 
-    def run_phase(self, weights: dict[str, torch.Tensor], phases: list[Phase], datas: list[ClientData],
-                  round: int) -> None:
+    def run_phase(
+        self, weights: dict[str, torch.Tensor], phases: list[Phase], datas: list[ClientData], round: int
+    ) -> None:
         """One phase of every client's plan (the same but for their tensors) on the stacked weights, in place."""
         method, cfg, phase = self.method, self.method.ctx.train, phases[0]
         given = stack([p.given for p in phases]) if phase.given else {}
@@ -193,8 +211,14 @@ class Cohort:
             weights = {key: value for key, value in weights.items() if part_of(key) == "head"}
         trained = [name for name in param_names if part_of(name) in phase.parts]
         fixed = [key for key in weights if key not in trained]
-        schedule = self.schedule(phase, datas, rows, round, augment=cfg.augment == "crop-flip" and pool_x.dim() == 4,
-                                 drop_single=uses_batchnorm(template))
+        schedule = self.schedule(
+            phase,
+            datas,
+            rows,
+            round,
+            augment=cfg.augment == "crop-flip" and pool_x.dim() == 4,
+            drop_single=uses_batchnorm(template),
+        )
         momenta = {name: torch.zeros_like(weights[name]) for name in trained} if momentum else {}
         loss = phase.loss
 
@@ -227,8 +251,9 @@ class Cohort:
         return torch.as_tensor(self.fed.train_idx[cid], dtype=torch.long, device=self.device)
 
     @torch.no_grad()
-    def features(self, template: SplitModel, weights: dict[str, torch.Tensor], rows: list[torch.Tensor]
-                 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def features(
+        self, template: SplitModel, weights: dict[str, torch.Tensor], rows: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Each client's training features through its own body, in one pool; each client's rows in it."""
         feats, offsets, start = [], [], 0
         for slot, client_rows in enumerate(rows):
@@ -238,8 +263,15 @@ class Cohort:
             start += len(client_rows)
         return torch.cat(feats), offsets
 
-    def schedule(self, phase: Phase, datas: list[ClientData], rows: list[torch.Tensor], round: int, augment: bool,
-                 drop_single: bool) -> Schedule:
+    def schedule(
+        self,
+        phase: Phase,
+        datas: list[ClientData],
+        rows: list[torch.Tensor],
+        round: int,
+        augment: bool,
+        drop_single: bool,
+    ) -> Schedule:
         """Each client's batches from `Method.batches` (the same seeded orders), laid out as a step table."""
         method = self.method
         per_client, per_draws = [], []
@@ -259,12 +291,15 @@ class Cohort:
         draws = np.zeros((steps, len(datas), width, 3), dtype=np.int64) if augment else None
         for slot, batches in enumerate(per_client):
             for t, batch in enumerate(batches):
-                table[t, slot, :len(batch)] = batch
+                table[t, slot, : len(batch)] = batch
                 sizes[t, slot] = len(batch)
                 if augment:
-                    draws[t, slot, :len(batch)] = per_draws[slot][t]
-        return Schedule(torch.as_tensor(table, device=self.device), sizes,
-                        None if draws is None else torch.as_tensor(draws, device=self.device))
+                    draws[t, slot, : len(batch)] = per_draws[slot][t]
+        return Schedule(
+            torch.as_tensor(table, device=self.device),
+            sizes,
+            None if draws is None else torch.as_tensor(draws, device=self.device),
+        )
 
     # ---- evaluation ----
     def evaluate(self, tasks: list[Any]) -> Iterator[tuple[int, tuple[int, float, int]]]:
@@ -273,7 +308,7 @@ class Cohort:
         tasks = sorted(tasks, key=lambda t: t.cid)
         size = self.cohort_size or len(tasks) or 1
         for start in range(0, len(tasks), size):
-            chunk = tasks[start:start + size]
+            chunk = tasks[start : start + size]
             states = []
             for task in chunk:
                 client = task.client() if callable(task.client) else task.client
@@ -294,14 +329,16 @@ class Cohort:
         with no_device_mode():
             padded = torch.zeros(clients, int(counts.max(initial=0)), dtype=torch.long, device=self.device)
             for slot, r in enumerate(rows):
-                padded[slot, :len(r)] = r
+                padded[slot, : len(r)] = r
             for begin in range(0, int(counts.max(initial=0)), width):
                 active = np.flatnonzero(counts > begin)
                 index = self.slot_index(active)
                 end = min(begin + width, int(counts[active].max()))
                 chunk_rows = padded.index_select(0, index)[:, begin:end]
-                valid = (torch.arange(begin, end, device=self.device) <
-                         torch.as_tensor(counts[active], device=self.device)[:, None])
+                valid = (
+                    torch.arange(begin, end, device=self.device)
+                    < torch.as_tensor(counts[active], device=self.device)[:, None]
+                )
                 w = weights if len(active) == clients else {k: v.index_select(0, index) for k, v in weights.items()}
                 logits = forward(w, self.fed.test_x[chunk_rows])
                 target = self.fed.test_y[chunk_rows]
@@ -317,4 +354,3 @@ def cohort_settings(run: Any, device: torch.device) -> bool:
     if run.cohort == "auto":
         return device.type == "cuda" and run.backend == "local" and not run.gpus_per_worker
     return run.cohort == "on"
-

@@ -1,4 +1,5 @@
 """A run that goes non-finite stops at once, naming where, instead of training on NaN and reporting round 0's accuracy."""
+
 from __future__ import annotations
 
 import math
@@ -34,22 +35,36 @@ class Diverged(PfedkitError):
 
     def __str__(self) -> str:
         shown = ", ".join(self.keys[:4]) + (f" and {len(self.keys) - 4} more" if len(self.keys) > 4 else "")
-        who = f" of client(s) {', '.join(map(str, self.clients[:10]))}{' ...' if len(self.clients) > 10 else ''}" \
-            if self.clients else ""
-        return (f"the run diverged in round {self.round}: the {self.where}{who} hold non-finite values ({shown}); "
-                f"method {self.method}. Likely fix: {self.fix}.{self.saved}")
+        who = (
+            f" of client(s) {', '.join(map(str, self.clients[:10]))}{' ...' if len(self.clients) > 10 else ''}"
+            if self.clients
+            else ""
+        )
+        return (
+            f"the run diverged in round {self.round}: the {self.where}{who} hold non-finite values ({shown}); "
+            f"method {self.method}. Likely fix: {self.fix}.{self.saved}"
+        )
 
     def record(self) -> dict[str, Any]:
-        return {"round": self.round, "where": self.where, "clients": self.clients, "keys": self.keys,
-                "method": self.method, "message": str(self)}
+        return {
+            "round": self.round,
+            "where": self.where,
+            "clients": self.clients,
+            "keys": self.keys,
+            "method": self.method,
+            "message": str(self),
+        }
 
 
 def likely_fix(lr: float, method_params: Mapping[str, Any], step_sizes: Iterable[str] = ()) -> str:
     """Step sizes are the usual cause: the client lr and the method's hyper-parameters that are step sizes
     (`step_sizes`; HyperParams.step_sizes() says which)."""
     names = set(step_sizes)
-    steps = [f"method.{k} (now {v})" for k, v in method_params.items()
-             if k in names and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    steps = [
+        f"method.{k} (now {v})"
+        for k, v in method_params.items()
+        if k in names and isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     return f"a smaller train.lr (now {lr})" + (f" or {', '.join(steps)}" if steps else "")
 
 

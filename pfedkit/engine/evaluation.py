@@ -1,4 +1,5 @@
 """Evaluation: a personalized model on a client's test split, and the round's metrics over clients."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping

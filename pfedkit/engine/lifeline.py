@@ -6,6 +6,7 @@
   are registered with a `Guardian`: a small process that reads a pipe from us and, when that pipe closes without
   a goodbye (we died), kills every registered process with all its descendants.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -78,8 +79,13 @@ class Guardian:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pfedkit.engine.lifeline", str(os.getpid())], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
+            [sys.executable, "-m", "pfedkit.engine.lifeline", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            text=True,
+        )
 
     def watch(self, pid: int) -> None:
         self.proc.stdin.write(f"{pid}\n")

@@ -5,6 +5,7 @@ one that needs every reply at once (FedAMP, FedFomo, FedPAC) keeps them, in memo
 files under the run folder, read back when the method asks. Either way the aggregate is bit for bit the one
 `Method.aggregate` computes from a dict of every reply.
 """
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """The single round loop: sample, broadcast, local updates, aggregate, evaluate, record, checkpoint."""
+
 from __future__ import annotations
 
 import contextlib
@@ -28,15 +29,39 @@ from pfedkit.registry import build_config, build_method, continues, read_saved_c
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
-    "round", "acc", "acc_client_mean", "loss", "train_s", "eval_s", "bytes_down", "bytes_up", "clients_trained",
+    "round",
+    "acc",
+    "acc_client_mean",
+    "loss",
+    "train_s",
+    "eval_s",
+    "bytes_down",
+    "bytes_up",
+    "clients_trained",
 )
 AFTER_COLUMNS = ("acc" + AFTER, "acc_client_mean" + AFTER, "loss" + AFTER)  # with eval.point after-local or both
 CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
 RoundObserver = Callable[[dict[str, Any]], None]  # sees each round's metrics row (tracking, a tuner's pruning)
 # what a run (and the suites, trackers and Flower beside it) writes in its folder; anything else is the user's
-RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.pt", "summary.json", "clients.csv", "clients.csv.gz",
-             "curves.png", "diverged.json", "client-state", "replies", "reused.json", "continued.json", "tensorboard",
-             "wandb", "wandb-id.txt", "replies.csv", "flower")
+RUN_FILES = (
+    "config.toml",
+    "metrics.csv",
+    "checkpoint.pt",
+    "summary.json",
+    "clients.csv",
+    "clients.csv.gz",
+    "curves.png",
+    "diverged.json",
+    "client-state",
+    "replies",
+    "reused.json",
+    "continued.json",
+    "tensorboard",
+    "wandb",
+    "wandb-id.txt",
+    "replies.csv",
+    "flower",
+)
 
 
 def client_summary_columns(method: Method) -> tuple[str, ...]:
@@ -64,11 +89,15 @@ def run_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"run.device = {name!r}, but this torch ({torch.__version__}) sees no CUDA device; run on a "
-                              "machine with an NVIDIA GPU and a CUDA build of torch, or set run.device = \"cpu\"")
+            raise ConfigError(
+                f"run.device = {name!r}, but this torch ({torch.__version__}) sees no CUDA device; run on a "
+                'machine with an NVIDIA GPU and a CUDA build of torch, or set run.device = "cpu"'
+            )
         if (device.index or 0) >= torch.cuda.device_count():
-            raise ConfigError(f"run.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                              f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+            raise ConfigError(
+                f"run.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
     return device
 
 
@@ -78,14 +107,18 @@ def driver_device(run: Any) -> torch.device:
     on_gpu = run.device != "cpu"
     if run.backend == "ray":
         if on_gpu and not run.gpus_per_worker:
-            raise ConfigError(f"run.device = {run.device!r} on Ray needs run.gpus_per_worker > 0 (e.g. 0.25), so that Ray "
-                              "gives each actor a share of a GPU; or set run.device = \"cpu\"")
+            raise ConfigError(
+                f"run.device = {run.device!r} on Ray needs run.gpus_per_worker > 0 (e.g. 0.25), so that Ray "
+                'gives each actor a share of a GPU; or set run.device = "cpu"'
+            )
         return torch.device("cpu")
     device = run_device(run.device)
     if run.gpus_per_worker:
         if not on_gpu:
-            raise ConfigError(f"run.gpus_per_worker = {run.gpus_per_worker} shares a GPU among worker processes, but "
-                              "run.device = \"cpu\"; set run.device = \"cuda\", or leave run.gpus_per_worker at 0")
+            raise ConfigError(
+                f"run.gpus_per_worker = {run.gpus_per_worker} shares a GPU among worker processes, but "
+                'run.device = "cpu"; set run.device = "cuda", or leave run.gpus_per_worker at 0'
+            )
         return torch.device("cpu")
     return device
 
@@ -113,8 +146,16 @@ class RoundLoop:
     method: Method
     num_clients: int
 
-    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                 observers: Sequence[RoundObserver] = (), force: bool = False):
+    def __init__(
+        self,
+        config: Config,
+        out: str | Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        observers: Sequence[RoundObserver] = (),
+        force: bool = False,
+    ):
         self.config, self.out, self.progress = with_absolute_root(config), Path(out), progress
         self.observers, self.force = list(observers), force
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder
@@ -157,8 +198,11 @@ class RoundLoop:
             theirs = build_config(saved)
         except Exception:
             theirs = None
-        differences = (["its config is not one this pfedkit reads"] if theirs is None else
-                       [c for c in run_differences(theirs, self.config) if not c.startswith("train.rounds:")])
+        differences = (
+            ["its config is not one this pfedkit reads"]
+            if theirs is None
+            else [c for c in run_differences(theirs, self.config) if not c.startswith("train.rounds:")]
+        )
         ours, other = self.config.data.checksum, saved.get("data", {}).get("checksum")
         if ours and other and ours != other:
             differences.append(f"data.checksum: {other} -> {ours}")
@@ -166,7 +210,8 @@ class RoundLoop:
             raise PfedkitError(
                 f"{self.out / CHECKPOINT} was written by another run than the one {self.out / 'config.toml'} describes "
                 f"({'; '.join(differences[:4])}{'; ...' if len(differences) > 4 else ''}), so resuming would mix the two; "
-                "put this run's own checkpoint back, or start a new --out")
+                "put this run's own checkpoint back, or start a new --out"
+            )
 
     def reopen(self, rounds: int) -> None:
         """Carry a finished `rounds`-round run on: its last round evaluated only, so it is played again, trained
@@ -190,11 +235,14 @@ class RoundLoop:
                         f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
                         f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
                         f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved; more rounds alone, "
-                        "--set train.rounds=N, carry a finished run on) or start a new --out")
+                        "--set train.rounds=N, carry a finished run on) or start a new --out"
+                    )
                 given = self.config.data.checksum
                 if given and old.data.checksum and given != old.data.checksum:
-                    raise PfedkitError(f"data.checksum {given} is not the {old.data.checksum} that {saved} records; "
-                                       "leave data.checksum out to resume with the run's own data")
+                    raise PfedkitError(
+                        f"data.checksum {given} is not the {old.data.checksum} that {saved} records; "
+                        "leave data.checksum out to resume with the run's own data"
+                    )
                 self.config.data.checksum = given or old.data.checksum  # the data must verify against the run's
         elif (self.out / CHECKPOINT).exists() or (self.out / "metrics.csv").exists():
             raise PfedkitError(f"{self.out} already holds a run; pass --resume to continue it, or choose another --out")
@@ -202,7 +250,8 @@ class RoundLoop:
             raise PfedkitError(
                 f"{self.out} holds files pfedkit did not write ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
                 f"a run writes {', '.join(RUN_FILES[:4])} and more there, replacing any of that name: choose an empty "
-                "or new --out, or pass --force to write beside them")
+                "or new --out, or pass --force to write beside them"
+            )
 
     def foreign_files(self) -> list[str]:
         """What in --out a run did not write: a user's own notes or config are never silently replaced."""
@@ -228,7 +277,8 @@ class RoundLoop:
             raise PfedkitError(
                 f"{self.out} measured after local training in its last training round ({last}) only because it was "
                 f"the last; a longer run does not (eval.every {every}), so carrying it on to {self.config.train.rounds} "
-                "rounds would not give that run: start a new --out")
+                "rounds would not give that run: start a new --out"
+            )
 
     def verify_data(self, checksum: str) -> None:
         """The loaded data must be the data the config (or the resumed run) names; else they are recorded now."""
@@ -236,15 +286,17 @@ class RoundLoop:
         if expected and checksum != expected:
             raise DataError(
                 f"the {self.config.data.dataset} data under {self.config.data.root} are not the data this run was made "
-                f"with (expected {expected}, found {checksum}); point --data-root at the run's data, or start a new --out")
+                f"with (expected {expected}, found {checksum}); point --data-root at the run's data, or start a new --out"
+            )
         self.config.data.checksum = checksum
 
     # ---- where clients run; subclasses implement these ----
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
         raise NotImplementedError
 
-    def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
-                      ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
+    def train_clients(
+        self, round: int, payloads: dict[int, State], evaluate_after: bool = False
+    ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
         """The replies, and with `evaluate_after` each trained client's evaluation right after its update."""
         raise NotImplementedError
 
@@ -274,8 +326,13 @@ class RoundLoop:
 
     def diverged(self, round: int, where: str, messages: dict[int, State]) -> None:
         """Stop the run when any message holds inf or NaN."""
-        check_finite(round, where, messages, self.config.method.name,
-                     likely_fix(self.config.train.lr, self.method.params.model_dump(), self.method.Params.step_sizes()))
+        check_finite(
+            round,
+            where,
+            messages,
+            self.config.method.name,
+            likely_fix(self.config.train.lr, self.method.params.model_dump(), self.method.Params.step_sizes()),
+        )
 
     # ---- the evaluation point (eval.point): at the start of a round, and/or right after local training ----
     @property
@@ -291,21 +348,34 @@ class RoundLoop:
         rounds, every = self.config.train.rounds, self.config.eval.every
         return self.measures_after and round < rounds and (round % every == 0 or round == rounds - 1)
 
-    def record_evaluation(self, round: int, per_client: dict[int, tuple[int, float, int]],
-                          point: str = "start") -> dict[str, Any]:
-        self.diverged(round, "evaluation losses" + ("" if point == "start" else " after local training"),
-                      {cid: {"loss": float(loss)} for cid, (_, loss, _) in per_client.items()})
+    def record_evaluation(
+        self, round: int, per_client: dict[int, tuple[int, float, int]], point: str = "start"
+    ) -> dict[str, Any]:
+        self.diverged(
+            round,
+            "evaluation losses" + ("" if point == "start" else " after local training"),
+            {cid: {"loss": float(loss)} for cid, (_, loss, _) in per_client.items()},
+        )
         for cid in sorted(per_client):
             correct, _, n = per_client[cid]
-            self.client_rows.append({"round": round, "client": cid, "correct": correct, "n_test": n,
-                                     "acc": correct / n if n else None, "point": point})
+            self.client_rows.append(
+                {
+                    "round": round,
+                    "client": cid,
+                    "correct": correct,
+                    "n_test": n,
+                    "acc": correct / n if n else None,
+                    "point": point,
+                }
+            )
         if point == "start":
             return summarize_round(per_client)
         self.after_local.update(per_client)  # clients not trained this round keep their last value
         return {key + AFTER: value for key, value in summarize_round(self.after_local).items()}
 
-    def apply_replies(self, round: int, payloads: dict[int, State], replies: dict[int, State] | RoundReplies
-                      ) -> dict[str, Any]:
+    def apply_replies(
+        self, round: int, payloads: dict[int, State], replies: dict[int, State] | RoundReplies
+    ) -> dict[str, Any]:
         """Aggregate the replies that arrived (all finite, else the run stops): a dict of them, or those a
         RoundReplies took as they came; bytes down count every payload sent."""
         if isinstance(replies, RoundReplies):
@@ -318,13 +388,21 @@ class RoundLoop:
             count, bytes_up = len(replies), sum(message_bytes(r) for r in replies.values())
         self.diverged(round, "aggregated server state", {-1: server})
         self.server = server
-        return {"bytes_down": sum(message_bytes(p) for p in payloads.values()), "bytes_up": bytes_up,
-                "clients_trained": count, **{key: float(self.server[key]) for key in self.method.logged}}
+        return {
+            "bytes_down": sum(message_bytes(p) for p in payloads.values()),
+            "bytes_up": bytes_up,
+            "clients_trained": count,
+            **{key: float(self.server[key]) for key in self.method.logged},
+        }
 
     @property
     def metric_columns(self) -> tuple[str, ...]:
-        return (self.columns + (AFTER_COLUMNS if self.measures_after else ()) + tuple(self.method.logged)
-                + client_summary_columns(self.method))
+        return (
+            self.columns
+            + (AFTER_COLUMNS if self.measures_after else ())
+            + tuple(self.method.logged)
+            + client_summary_columns(self.method)
+        )
 
     @property
     def client_columns(self) -> tuple[str, ...]:
@@ -335,7 +413,9 @@ class RoundLoop:
         count = self.config.eval.clients
         if not count or count >= self.num_clients:
             return list(range(self.num_clients))
-        chosen = numpy_generator(self.config.run.seed, round, -1, "eval-clients").choice(self.num_clients, count, replace=False)
+        chosen = numpy_generator(self.config.run.seed, round, -1, "eval-clients").choice(
+            self.num_clients, count, replace=False
+        )
         return sorted(int(c) for c in chosen)
 
     def evaluate(self, round: int) -> dict[str, Any]:
@@ -376,14 +456,28 @@ class RoundLoop:
         cfg = self.config
         rounds = cfg.train.rounds
         # The bar counts training rounds; round R, the final evaluation, shows in its text only.
-        bar = tqdm(total=rounds, initial=min(self.next_round, rounds), disable=not self.progress, unit="round",
-                   desc=f"{cfg.method.name}", dynamic_ncols=True)
+        bar = tqdm(
+            total=rounds,
+            initial=min(self.next_round, rounds),
+            disable=not self.progress,
+            unit="round",
+            desc=f"{cfg.method.name}",
+            dynamic_ncols=True,
+        )
         round_s = None
         with self.session():
             for round in range(self.next_round, rounds + 1):
-                row: dict[str, Any] = {"round": round, "acc": None, "acc_client_mean": None, "loss": None,
-                                       "train_s": 0.0, "eval_s": 0.0, "bytes_down": 0, "bytes_up": 0,
-                                       "clients_trained": 0}
+                row: dict[str, Any] = {
+                    "round": round,
+                    "acc": None,
+                    "acc_client_mean": None,
+                    "loss": None,
+                    "train_s": 0.0,
+                    "eval_s": 0.0,
+                    "bytes_down": 0,
+                    "bytes_up": 0,
+                    "clients_trained": 0,
+                }
                 evaluated, after_local = len(self.client_rows), dict(self.after_local)
                 try:  # round R (the last) is evaluation only
                     row.update(self.play_round(round, round % cfg.eval.every == 0 or round == rounds, round < rounds))
@@ -393,8 +487,10 @@ class RoundLoop:
                     self.checkpoint()  # the state at the start of this round: every part of it was checked finite
                     atomic_write_csv(self.out / "metrics.csv", self.rows, self.metric_columns)
                     ends = f"ends at round {round - 1}" if round else "has no finished round"
-                    err.saved = (f" The last finite state (the start of round {round}) is in {self.out / CHECKPOINT}; "
-                                 f"metrics.csv {ends}.")
+                    err.saved = (
+                        f" The last finite state (the start of round {round}) is in {self.out / CHECKPOINT}; "
+                        f"metrics.csv {ends}."
+                    )
                     atomic_write_json(self.out / DIVERGED, err.record())
                     bar.close()
                     raise
@@ -419,28 +515,50 @@ class RoundLoop:
         return f"{'final ' if final else ''}acc={acc}{speed}"
 
     def checkpoint(self) -> None:
-        save_checkpoint(self.out, {
-            "next_round": self.next_round, "server": self.server, "rows": self.rows,
-            "client_rows": self.client_rows, "after_local": self.after_local, "config": self.config.to_dict(),
-            **self.checkpoint_extra(),
-        })
+        save_checkpoint(
+            self.out,
+            {
+                "next_round": self.next_round,
+                "server": self.server,
+                "rows": self.rows,
+                "client_rows": self.client_rows,
+                "after_local": self.after_local,
+                "config": self.config.to_dict(),
+                **self.checkpoint_extra(),
+            },
+        )
 
     def finish(self) -> dict[str, Any]:
         """clients.csv and summary.json; plots are the caller's (the round loop draws nothing)."""
         cfg = self.config
         atomic_write_csv(self.out / "clients.csv", self.client_rows, self.client_columns)
         after = summarize_run(self.rows, AFTER) if self.measures_after else {}
-        headline = {k.removesuffix(AFTER): v for k, v in after.items()} if not self.measures_start else summarize_run(self.rows)
+        headline = (
+            {k.removesuffix(AFTER): v for k, v in after.items()}
+            if not self.measures_start
+            else summarize_run(self.rows)
+        )
         summary = {
-            "method": cfg.method.name, "dataset": cfg.data.dataset, "model": cfg.model.name,
-            "protocol": cfg.eval.protocol, "eval_point": cfg.eval.point, "seed": cfg.run.seed, "rounds": cfg.train.rounds,
+            "method": cfg.method.name,
+            "dataset": cfg.data.dataset,
+            "model": cfg.model.name,
+            "protocol": cfg.eval.protocol,
+            "eval_point": cfg.eval.point,
+            "seed": cfg.run.seed,
+            "rounds": cfg.train.rounds,
             "clients": self.num_clients,
             **({"evaluated_per_round": min(cfg.eval.clients, self.num_clients)} if cfg.eval.clients else {}),
-            **({"evaluated_on": f"validation ({cfg.eval.validation:g} of each client's training data)"}
-               if cfg.eval.validation else {}),  # a tuning run's accuracies are not test accuracies
-            **headline, **after,
-            "train_s": sum(r["train_s"] for r in self.rows), "eval_s": sum(r["eval_s"] for r in self.rows),
-            "bytes_down": sum(r["bytes_down"] for r in self.rows), "bytes_up": sum(r["bytes_up"] for r in self.rows),
+            **(
+                {"evaluated_on": f"validation ({cfg.eval.validation:g} of each client's training data)"}
+                if cfg.eval.validation
+                else {}
+            ),  # a tuning run's accuracies are not test accuracies
+            **headline,
+            **after,
+            "train_s": sum(r["train_s"] for r in self.rows),
+            "eval_s": sum(r["eval_s"] for r in self.rows),
+            "bytes_down": sum(r["bytes_down"] for r in self.rows),
+            "bytes_up": sum(r["bytes_up"] for r in self.rows),
             **self.summary_extra(),
         }
         atomic_write_json(self.out / "summary.json", summary)
@@ -451,8 +569,17 @@ class Simulation(RoundLoop):
     """One run of one method with every client in this process (or its worker pool); `run()` goes from the
     last checkpoint (or round 0) to the end."""
 
-    def __init__(self, config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                 fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = (), force: bool = False):
+    def __init__(
+        self,
+        config: Config,
+        out: str | Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        fed: Optional[FederatedDataset] = None,
+        observers: Sequence[RoundObserver] = (),
+        force: bool = False,
+    ):
         self.device = driver_device(config.run)
         super().__init__(config, out, resume=resume, progress=progress, observers=observers, force=force)
         try:
@@ -462,11 +589,17 @@ class Simulation(RoundLoop):
             self.num_clients = self.fed.num_clients
             self.method = make_method(self.config, self.fed)
             self.clients: dict[int, State] = {}  # client_state = "memory"
-            self.spilled = (SpilledStates(self.out, int(self.config.run.state_memory_mb * 2**20), run_identity(self.config))
-                            if self.config.run.client_state == "disk" else None)
+            self.spilled = (
+                SpilledStates(self.out, int(self.config.run.state_memory_mb * 2**20), run_identity(self.config))
+                if self.config.run.client_state == "disk"
+                else None
+            )
             self.executor: Optional[Executor] = None
-            self.cohort = Cohort(self.method, self.fed, self.config.run.cohort_size) if cohort_settings(
-                self.config.run, self.device) else None
+            self.cohort = (
+                Cohort(self.method, self.fed, self.config.run.cohort_size)
+                if cohort_settings(self.config.run, self.device)
+                else None
+            )
             with self.device_scope():
                 self.start(resume)
         except BaseException:
@@ -499,9 +632,18 @@ class Simulation(RoundLoop):
         run = self.config.run
         workers = run.workers if self.device.type == "cpu" else 1  # the whole run on one GPU: in this process
         worker_device = run.device if run.gpus_per_worker or run.backend == "ray" else "cpu"
-        with self.device_scope(), make_executor(run.backend, self.method, self.fed, workers, address=run.ray_address,
-                                                worker_device=worker_device,
-                                                gpus_per_worker=run.gpus_per_worker) as executor:
+        with (
+            self.device_scope(),
+            make_executor(
+                run.backend,
+                self.method,
+                self.fed,
+                workers,
+                address=run.ray_address,
+                worker_device=worker_device,
+                gpus_per_worker=run.gpus_per_worker,
+            ) as executor,
+        ):
             self.executor = executor
             try:
                 yield
@@ -523,8 +665,10 @@ class Simulation(RoundLoop):
 
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
         cost = self.fed.test_sizes() + self.fed.train_sizes()  # fine-tuning methods touch the train split too
-        tasks = [Task("eval", cid, round, payload, partial(self.client_state, cid, round), int(cost[cid]))
-                 for cid, payload in payloads.items()]
+        tasks = [
+            Task("eval", cid, round, payload, partial(self.client_state, cid, round), int(cost[cid]))
+            for cid, payload in payloads.items()
+        ]
         if self.cohort is not None and self.cohort.evaluates():
             return dict(self.cohort.evaluate(tasks))
         return dict(self.executor.run(tasks))
@@ -539,11 +683,14 @@ class Simulation(RoundLoop):
             fold = self.method.reply_fold(self.server, round, {task.cid: task.cost for task in tasks})
         return RoundReplies(fold, self.out / "replies", budget)
 
-    def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False
-                      ) -> tuple[RoundReplies, dict[int, tuple[int, float, int]]]:
+    def train_clients(
+        self, round: int, payloads: dict[int, State], evaluate_after: bool = False
+    ) -> tuple[RoundReplies, dict[int, tuple[int, float, int]]]:
         sizes = self.fed.train_sizes()
-        tasks = [Task("train", cid, round, payload, partial(self.client_state, cid, round), int(sizes[cid]), evaluate_after)
-                 for cid, payload in payloads.items()]
+        tasks = [
+            Task("train", cid, round, payload, partial(self.client_state, cid, round), int(sizes[cid]), evaluate_after)
+            for cid, payload in payloads.items()
+        ]
         replies = self.round_replies(round, tasks)
         new_states, nonfinite, after = {}, {}, {}
         # a fold takes replies in client order: sent in that order, they arrive nearly so and few wait
@@ -577,9 +724,16 @@ class Simulation(RoundLoop):
         return {**origin, "data_checksum": self.config.data.checksum}
 
 
-def simulate(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-             fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = (),
-             force: bool = False) -> dict[str, Any]:
+def simulate(
+    config: Config,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    fed: Optional[FederatedDataset] = None,
+    observers: Sequence[RoundObserver] = (),
+    force: bool = False,
+) -> dict[str, Any]:
     """One run to its end (from its checkpoint with `resume`); its summary. `pfedkit.experiments.run_experiment` adds
     the run's plot. Each observer is called with every round's metrics row once it is written (tracking, pruning)."""
     return Simulation(config, out, resume=resume, progress=progress, fed=fed, observers=observers, force=force).run()

@@ -1,4 +1,5 @@
 """Run state on disk: atomic writes, checkpoints, resume."""
+
 from __future__ import annotations
 
 import json
@@ -85,14 +86,25 @@ class RunLock:
         try:
             self.lock.acquire()
         except filelock.Timeout:
-            raise PfedkitError(f"{self.out} is in use by {self._describe(self._owner())}; wait for that run to finish "
-                               "or stop it, or choose another --out") from None
+            raise PfedkitError(
+                f"{self.out} is in use by {self._describe(self._owner())}; wait for that run to finish "
+                "or stop it, or choose another --out"
+            ) from None
         previous = self._owner()
         if previous and previous.get("pid") != os.getpid():
-            log(f"note: {self.out} was left locked by {self._describe(previous)}, which is no longer running; "
-                "taking it over")
-        atomic_write_json(self.out / OWNER, {"pid": os.getpid(), "host": socket.gethostname(),
-                                             "command": shown_command(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+            log(
+                f"note: {self.out} was left locked by {self._describe(previous)}, which is no longer running; "
+                "taking it over"
+            )
+        atomic_write_json(
+            self.out / OWNER,
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "command": shown_command(sys.argv),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            },
+        )
 
     def _owner(self) -> dict[str, Any]:
         try:
@@ -104,8 +116,10 @@ class RunLock:
     def _describe(owner: dict[str, Any]) -> str:
         if not owner:
             return "another process"
-        return (f"process {owner.get('pid')} on {owner.get('host')} (`{owner.get('command')}`, started "
-                f"{owner.get('started')})")
+        return (
+            f"process {owner.get('pid')} on {owner.get('host')} (`{owner.get('command')}`, started "
+            f"{owner.get('started')})"
+        )
 
     def release(self) -> None:
         if self.lock.is_locked:

@@ -3,6 +3,7 @@
 On a CPU, one process per core with one thread each beats one process with many threads at small batches:
 per-step overhead runs in parallel and no thread sits idle on a 10-sample convolution.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -122,8 +123,10 @@ def make_executor(backend: str, method: Method, fed: Any, workers: int, **option
         try:
             importlib.import_module(module)
         except ImportError as err:
-            raise PfedkitError(f"run.backend = {backend!r} needs the {extra} extra ({err}); install it with "
-                               f'pip install -e ".[{extra}]", or set run.backend = "local"') from None
+            raise PfedkitError(
+                f"run.backend = {backend!r} needs the {extra} extra ({err}); install it with "
+                f'pip install -e ".[{extra}]", or set run.backend = "local"'
+            ) from None
     return BACKENDS[backend](method, fed, workers, **options)
 
 
@@ -149,8 +152,16 @@ class Executor:
     data.
     """
 
-    def __init__(self, method: Method, fed: Any, workers: int, worker_device: str = "cpu", gpus_per_worker: float = 0.0,
-                 start_method: str = "", **options: Any):
+    def __init__(
+        self,
+        method: Method,
+        fed: Any,
+        workers: int,
+        worker_device: str = "cpu",
+        gpus_per_worker: float = 0.0,
+        start_method: str = "",
+        **options: Any,
+    ):
         global _SHARED
         self.method, self.fed = method, fed
         on_gpu = torch.device(worker_device).type != "cpu"
@@ -165,8 +176,9 @@ class Executor:
                 # as plain bytes: handed over as objects, their tensors would be moved into shared memory under the
                 # feet of tasks already packed from them (seen: NaN replies)
                 initargs = (os.getpid(), pickle.dumps((method, fed)), worker_device)
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(start_method),
-                                            initializer=_worker_init, initargs=initargs)
+            self.pool = ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context(start_method), initializer=_worker_init, initargs=initargs
+            )
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
         """With `in_order`, tasks go out in client order (for a reply fold), else largest first. A few tasks per

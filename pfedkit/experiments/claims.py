@@ -20,6 +20,7 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
    the curve it is closing on), a verdict is at most "cannot tell".
 """
+
 from __future__ import annotations
 
 import math
@@ -50,6 +51,7 @@ class Judgement:
 @dataclass(frozen=True)
 class Evidence:
     """Where a suite's runs are and how to read them: its output folder, k, the point and the noise floor."""
+
     out: Path
     k: int
     paper_point: Optional[str] = None
@@ -61,14 +63,16 @@ class Evidence:
 
     def results(self, column: str, row: str, point: Optional[str]) -> dict[str, float]:
         """Seed folder name -> the run's mean accuracy (%) over its last k rounds."""
-        return {d.name: 100 * mean_of_last(d, self.k, point, rounds=True)
-                for d in finished_runs(self.out / column, row)}
+        return {
+            d.name: 100 * mean_of_last(d, self.k, point, rounds=True) for d in finished_runs(self.out / column, row)
+        }
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
         return [d for d in finished_runs(self.out / column, row) if d.name in seeds]
 
 
 # ---- the rules, on numbers ----
+
 
 def noise_floor(results: Sequence[float]) -> Optional[float]:
     """Rule 3's floor: the standard deviation of one config's result over its repeats (None under two)."""
@@ -124,6 +128,7 @@ def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str]
 
 # ---- gathering the numbers ----
 
+
 def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> tuple[float, bool]:
     """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds."""
     curve = [(p["round"], 100 * p["acc"]) for p in mean_curve(evidence.runs(column, row, seeds), point)]
@@ -143,8 +148,9 @@ def saved_config(run: Path) -> dict[str, Any]:
         return flat(raw)
 
 
-def like_with_like(evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: Sequence[str],
-                   allowed: Sequence[str]) -> list[str]:
+def like_with_like(
+    evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: Sequence[str], allowed: Sequence[str]
+) -> list[str]:
     """Rule 2 on the runs themselves: each (column, row)'s run on the first judged seed."""
     configs = {}
     for column, row in pairs:
@@ -154,13 +160,22 @@ def like_with_like(evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: 
     return unlike_runs(configs, allowed)
 
 
-def provisional(verdict: str, why: str, excess: float, claimant: tuple[float, bool], other: tuple[float, bool],
-                names: tuple[str, str]) -> tuple[str, str]:
+def provisional(
+    verdict: str,
+    why: str,
+    excess: float,
+    claimant: tuple[float, bool],
+    other: tuple[float, bool],
+    names: tuple[str, str],
+) -> tuple[str, str]:
     if verdict == UNSURE or not still_closing(excess, claimant, other):
         return verdict, why
     mover = names[1] if excess > 0 else names[0]
     gain = other[0] if excess > 0 else claimant[0]
-    return UNSURE, f"{why}, but {mover} is still rising ({gain:+.2f} in the last fifth) and closing: provisional, {verdict}"
+    return (
+        UNSURE,
+        f"{why}, but {mover} is still rising ({gain:+.2f} in the last fifth) and closing: provisional, {verdict}",
+    )
 
 
 def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -184,8 +199,14 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {'; '.join(unlike[:3])}{partly}")
     excess = [results[first][s] - results[strongest][s] for s in shared]
     verdict, why = decide(excess, evidence.floor)
-    verdict, why = provisional(verdict, why, statistics.fmean(excess), trend(evidence, column, first, shared, point),
-                               trend(evidence, column, strongest, shared, point), (first, strongest))
+    verdict, why = provisional(
+        verdict,
+        why,
+        statistics.fmean(excess),
+        trend(evidence, column, first, shared, point),
+        trend(evidence, column, strongest, shared, point),
+        (first, strongest),
+    )
     per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(shared) > 1 else ""
     return Judgement(verdict, "direction", f"{numbers}; gap to {strongest} {why}{per_seed}{partly}")
 
@@ -211,8 +232,14 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             continue
         excess = [ours[s] - theirs[s] - need for s in shared]
         verdict, why = decide(excess, evidence.floor)
-        verdict, why = provisional(verdict, why, statistics.fmean(excess), trend(evidence, column, row, shared, point),
-                                   trend(evidence, column, other, shared, point), (row, other))
+        verdict, why = provisional(
+            verdict,
+            why,
+            statistics.fmean(excess),
+            trend(evidence, column, row, shared, point),
+            trend(evidence, column, other, shared, point),
+            (row, other),
+        )
         verdicts.append(verdict)
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
     if not verdicts:
@@ -232,8 +259,11 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     value, ref = statistics.fmean(runs[s] for s in shared), statistics.fmean(base[s] for s in shared)
     numbers = f"{claim.get('label', column)} {value:.2f}, {reference} {ref:.2f}, {value - ref:+.2f}"
     # the two columns differ by design (that is the claim): only the rounds must agree
-    unlike = [u for u in like_with_like(evidence, [(column, row), (reference, row)], shared, ())
-              if u.startswith("train.rounds")]
+    unlike = [
+        u
+        for u in like_with_like(evidence, [(column, row), (reference, row)], shared, ())
+        if u.startswith("train.rounds")
+    ]
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
     excess = [claim["points"] - abs(runs[s] - base[s]) for s in shared]
@@ -260,14 +290,22 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     # the number stays put: only the row's own curve can close the distance (rising towards it, or away from it)
     towards = (value < target) == (gain > 0)
     if verdict != UNSURE and rising and (towards if verdict == FAILS else not towards):
-        verdict, why = UNSURE, f"{why}, but {row} is still rising ({gain:+.2f} in the last fifth): provisional, {verdict}"
+        verdict, why = (
+            UNSURE,
+            f"{why}, but {row} is still rising ({gain:+.2f} in the last fifth): provisional, {verdict}",
+        )
     at = f" at {point}" if point else ""
-    return Judgement(verdict, judges, f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; "
-                                      f"room left {why}")
+    return Judgement(
+        verdict, judges, f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; room left {why}"
+    )
 
 
-KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {"above": above, "within": within,
-                                                                          "margin": margin, "number": number}
+KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
+    "above": above,
+    "within": within,
+    "margin": margin,
+    "number": number,
+}
 
 
 def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -279,8 +317,9 @@ def check_claims(claims: Sequence[Mapping[str, Any]], evidence: Evidence) -> lis
     return [judge(claim, evidence).line(claim["text"]) for claim in claims]
 
 
-def measured_floor(noise: Optional[Mapping[str, Any]], folders: Sequence[Path], k: int,
-                   point: Optional[str]) -> tuple[Optional[float], str]:
+def measured_floor(
+    noise: Optional[Mapping[str, Any]], folders: Sequence[Path], k: int, point: Optional[str]
+) -> tuple[Optional[float], str]:
     """The suite's noise floor (rule 3) from its `noise` rows, in the first of `folders` where two or more of them
     finished one seed: (the pooled standard deviation over those seeds, where it was measured)."""
     if not noise:
@@ -292,8 +331,10 @@ def measured_floor(noise: Optional[Mapping[str, Any]], folders: Sequence[Path], 
                 by_seed.setdefault(run.name, []).append(100 * mean_of_last(run, k, point, rounds=True))
         spreads = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
         if spreads:
-            floor = math.sqrt(statistics.fmean(s ** 2 for s in spreads.values()))
+            floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))
             repeats = max(len(by_seed[s]) for s in spreads)
-            return floor, (f"{floor:.2f} points, the standard deviation of {noise['rows'][0]} over {repeats} repeats "
-                           f"of one config in column {noise['column']} ({folder.name})")
+            return floor, (
+                f"{floor:.2f} points, the standard deviation of {noise['rows'][0]} over {repeats} repeats "
+                f"of one config in column {noise['column']} ({folder.name})"
+            )
     return None, f"not measured yet (rows {', '.join(noise['rows'])} in column {noise['column']})"

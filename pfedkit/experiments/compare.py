@@ -1,4 +1,5 @@
 """`compare` and `demo`: many methods x seeds on one config, a markdown table of mean ± std, one plot."""
+
 from __future__ import annotations
 
 import sys
@@ -23,8 +24,12 @@ DEMO = {
     "run": {"seed": 0, "checkpoint_every": 10},
 }
 DEMO_METHODS = ("local", "fedavg", "fedper", "fedrep")
-TABLE_KEYS = (("best_acc", "best acc"), ("last_acc", "last acc"),
-              ("best_acc_client_mean", "best client-mean"), ("last_acc_client_mean", "last client-mean"))
+TABLE_KEYS = (
+    ("best_acc", "best acc"),
+    ("last_acc", "last acc"),
+    ("best_acc_client_mean", "best client-mean"),
+    ("last_acc_client_mean", "last client-mean"),
+)
 
 
 def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str:
@@ -42,39 +47,79 @@ def format_table(results: dict[str, list[dict[str, Any]]], protocol: str) -> str
         seeds = f"{len(summaries)}" + (f" ({len(diverged)} diverged)" if diverged and summaries else "")
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {seeds} |")
     lines.append("")
-    lines.append(f"Test accuracy (%), {protocol} protocol; best = max over evaluated rounds, last = final round; "
-                 "mean ± sample std over seeds.")
+    lines.append(
+        f"Test accuracy (%), {protocol} protocol; best = max over evaluated rounds, last = final round; "
+        "mean ± sample std over seeds."
+    )
     return "\n".join(lines)
 
 
-def compare_configs(base: dict[str, Any], methods: list[str], seeds: list[int], out: Path, *,
-                    resume: bool = False, progress: bool = True, title: str = "",
-                    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> tuple[str, Path]:
+def compare_configs(
+    base: dict[str, Any],
+    methods: list[str],
+    seeds: list[int],
+    out: Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    title: str = "",
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> tuple[str, Path]:
     """Every method x seed on `base` as a one-column suite run into out/<method>/seed<N>, then the table,
     results.csv and a plot in out. The base's hyper-parameters apply only to the method it names."""
     if not methods:
         raise ConfigError("no methods given; e.g. --methods fedavg,fedper,fedrep")
     given = base.get("method", {})
-    suite = Suite(name="compare", paper=title, base={k: v for k, v in base.items() if k != "method"},
-                  columns={".": Column(title or "compare")}, rows=tuple(methods),
-                  scales={"given": Scale({}, 0, "the config as given")},
-                  row_changes={given["name"]: {"method": given}} if given.get("name") in methods else {})
-    _, summaries = run_cells(suite, scale="given", seeds=seeds, out=out, resume=resume, skip_missing=False,
-                             progress=progress, log=log)
+    suite = Suite(
+        name="compare",
+        paper=title,
+        base={k: v for k, v in base.items() if k != "method"},
+        columns={".": Column(title or "compare")},
+        rows=tuple(methods),
+        scales={"given": Scale({}, 0, "the config as given")},
+        row_changes={given["name"]: {"method": given}} if given.get("name") in methods else {},
+    )
+    _, summaries = run_cells(
+        suite, scale="given", seeds=seeds, out=out, resume=resume, skip_missing=False, progress=progress, log=log
+    )
     results = {m: [summaries[run_folder(out, m, s)] for s in seeds] for m in methods}
-    curves = {m: [run_folder(out, m, s) for s in seeds if "diverged" not in summaries[run_folder(out, m, s)]]
-              for m in methods}
+    curves = {
+        m: [run_folder(out, m, s) for s in seeds if "diverged" not in summaries[run_folder(out, m, s)]] for m in methods
+    }
     table = format_table(results, base.get("eval", {}).get("protocol", EvalSection().protocol))
     atomic_write_text(out / "table.md", table + "\n")
-    atomic_write_csv(out / "results.csv", [s for m in methods for s in results[m] if "diverged" not in s],
-                     ["method", "seed", "best_acc", "best_round", "last_acc", "best_acc_client_mean",
-                      "last_acc_client_mean", "train_s", "eval_s", "bytes_down", "bytes_up", "protocol"])
+    atomic_write_csv(
+        out / "results.csv",
+        [s for m in methods for s in results[m] if "diverged" not in s],
+        [
+            "method",
+            "seed",
+            "best_acc",
+            "best_round",
+            "last_acc",
+            "best_acc_client_mean",
+            "last_acc_client_mean",
+            "train_s",
+            "eval_s",
+            "bytes_down",
+            "bytes_up",
+            "protocol",
+        ],
+    )
     plot = save_curves({m: mean_curve(curves[m]) for m in methods if curves[m]}, out / "curves.png", title=title)
     return table, plot
 
 
-def run_comparison(config_path: str, methods: list[str], seeds: list[int], out: Path, overrides: list[str],
-                   *, resume: bool = False, progress: bool = True) -> tuple[str, Path]:
+def run_comparison(
+    config_path: str,
+    methods: list[str],
+    seeds: list[int],
+    out: Path,
+    overrides: list[str],
+    *,
+    resume: bool = False,
+    progress: bool = True,
+) -> tuple[str, Path]:
     path = Path(config_path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -97,5 +142,6 @@ def run_demo(out: Path, rounds: Optional[int] = None, progress: bool = True) -> 
     base = {k: dict(v) for k, v in DEMO.items()}
     if rounds is not None:
         base["train"]["rounds"] = rounds
-    return compare_configs(base, list(DEMO_METHODS), [0], out, progress=progress,
-                           title="demo: digits, 20 clients, Dirichlet 0.1")
+    return compare_configs(
+        base, list(DEMO_METHODS), [0], out, progress=progress, title="demo: digits, 20 clients, Dirichlet 0.1"
+    )

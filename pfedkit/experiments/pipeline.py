@@ -3,6 +3,7 @@
 `reproduce` (a paper's table) and `compare` (a one-column suite of the given config) both expand into run folders
 and configs (reproduce.run_cells) and run them here (run_configs).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,9 @@ def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
     """The base config with `method.name` set; the base's hyper-parameters apply only to the method it names."""
     given = base.get("method", {})
     section = {**given, "name": method} if given.get("name") == method else {"name": method}
-    return build_config(merge({k: v for k, v in base.items() if k != "method"}, {"method": section, "run": {"seed": seed}}))
+    return build_config(
+        merge({k: v for k, v in base.items() if k != "method"}, {"method": section, "run": {"seed": seed}})
+    )
 
 
 def config_changes(saved: Path, config: Config) -> list[str]:
@@ -56,24 +59,42 @@ def check_run_folders(runs: dict[Path, Config], resume: bool) -> None:
         if not resume:
             problems.append(f"{run_dir} already holds a run")
         elif changes := config_changes(saved, config):
-            problems.append(f"{run_dir} was run with another config ({'; '.join(changes[:4])}"
-                            f"{'; ...' if len(changes) > 4 else ''})")
+            problems.append(
+                f"{run_dir} was run with another config ({'; '.join(changes[:4])}{'; ...' if len(changes) > 4 else ''})"
+            )
     if problems:
-        fix = ("delete these folders to run them afresh, or pass another --out" if resume
-               else "pass --resume to continue them, or choose another --out")
+        fix = (
+            "delete these folders to run them afresh, or pass another --out"
+            if resume
+            else "pass --resume to continue them, or choose another --out"
+        )
         shown = "\n  ".join(problems[:10]) + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
         raise ConfigError(f"{len(problems)} run folder(s) do not match this run:\n  {shown}\n{fix}")
 
 
 def data_identity(config: Config) -> str:
     """What a run's FederatedDataset depends on: runs that agree on it share one (the partition is seeded)."""
-    return json.dumps([config.data.model_dump(mode="json", exclude={"checksum"}), config.partition.model_dump(mode="json"),
-                       config.eval.protocol, config.eval.validation, config.proxy.model_dump(mode="json"),
-                       config.run.seed, config.train.batch_size], sort_keys=True)  # the batch size sets PFLlib's minimum client size
+    return json.dumps(
+        [
+            config.data.model_dump(mode="json", exclude={"checksum"}),
+            config.partition.model_dump(mode="json"),
+            config.eval.protocol,
+            config.eval.validation,
+            config.proxy.model_dump(mode="json"),
+            config.run.seed,
+            config.train.batch_size,
+        ],
+        sort_keys=True,
+    )  # the batch size sets PFLlib's minimum client size
 
 
-def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True,
-                log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict[Path, dict[str, Any]]:
+def run_configs(
+    runs: dict[Path, Config],
+    *,
+    resume: bool,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> dict[Path, dict[str, Any]]:
     """The one place runs are carried out, for `compare` and `reproduce`: each folder's (already validated) config run
     in order, a finished run's summary reused and an unfinished one resumed (with `resume`), a diverged one reported
     as {"diverged": ...} and not run again; consecutive runs on the same data share it."""
@@ -85,7 +106,9 @@ def run_configs(runs: dict[Path, Config], *, resume: bool, progress: bool = True
             continue
         if resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
             summaries[run_dir] = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
-            log(f"{run_dir} diverged in round {summaries[run_dir]['diverged']['round']} (delete the folder to run it again)")
+            log(
+                f"{run_dir} diverged in round {summaries[run_dir]['diverged']['round']} (delete the folder to run it again)"
+            )
             continue
         if data_identity(cfg) != fed_key:
             fed, fed_key = build_federated(cfg), data_identity(cfg)
@@ -104,7 +127,15 @@ REUSED = "reused.json"  # in a run folder copied from an identical finished run:
 CONTINUED = "continued.json"  # in a run folder that carries on a copy of a shorter finished run: where it came from
 NOT_COPIED = (CHECKPOINT, ".pfedkit.lock", ".pfedkit-owner.json")  # a finished run's leftovers, not its results
 # what a run carried on redoes: its ending (the summary and clients.csv are rewritten at the new end), the copies' records
-NOT_CARRIED_ON = (".pfedkit.lock", ".pfedkit-owner.json", "summary.json", "clients.csv", "curves.png", REUSED, CONTINUED)
+NOT_CARRIED_ON = (
+    ".pfedkit.lock",
+    ".pfedkit-owner.json",
+    "summary.json",
+    "clients.csv",
+    "curves.png",
+    REUSED,
+    CONTINUED,
+)
 
 
 def _quick_key(config: Config) -> tuple:
@@ -128,8 +159,9 @@ def finished_runs_under(root: Path) -> dict[tuple, list[tuple[Path, Config]]]:
     return index
 
 
-def reuse_identical_runs(runs: dict[Path, Config], search: Path,
-                         log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[Path]:
+def reuse_identical_runs(
+    runs: dict[Path, Config], search: Path, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
+) -> list[Path]:
     """Each run folder not yet started whose config a finished run under `search` already ran (the same config at
     its values, as resume judges it: placement such as data.root or workers aside) gets a copy of that run instead
     of training it again, with reused.json naming the source. Failing that, a finished run of the same config for
@@ -149,24 +181,38 @@ def reuse_identical_runs(runs: dict[Path, Config], search: Path,
         source = next((d for d, _, changes in candidates if not changes), None)
         if source is not None:
             record, leave_out = REUSED, NOT_COPIED
-            why = ("a finished run with the same config at its values; runs are seeded, so training again gives it "
-                   "(another build may differ in float rounding, which moves a cell by a few hundredths of a point)")
+            why = (
+                "a finished run with the same config at its values; runs are seeded, so training again gives it "
+                "(another build may differ in float rounding, which moves a cell by a few hundredths of a point)"
+            )
         else:
-            shorter = [(saved.train.rounds, d) for d, saved, changes in candidates
-                       if (d / CHECKPOINT).exists() and continues(saved, config, changes)]
+            shorter = [
+                (saved.train.rounds, d)
+                for d, saved, changes in candidates
+                if (d / CHECKPOINT).exists() and continues(saved, config, changes)
+            ]
             if not shorter:
                 continue
             rounds, source = max(shorter)
             record, leave_out = CONTINUED, NOT_CARRIED_ON
-            why = (f"its first {rounds} rounds are a finished {rounds}-round run with the same config otherwise; "
-                   "runs are seeded, so this run carries that one on from its checkpoint")
+            why = (
+                f"its first {rounds} rounds are a finished {rounds}-round run with the same config otherwise; "
+                "runs are seeded, so this run carries that one on from its checkpoint"
+            )
         staging = run_dir.with_name(run_dir.name + ".copying")  # a copy cut off half-way is never a finished run
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*leave_out))
-        (staging / record).write_text(json.dumps({
-            "from": str(source.resolve().relative_to(Path(search).resolve())),
-            "summary_sha256": hashlib.sha256((source / "summary.json").read_bytes()).hexdigest(), "why": why},
-            indent=2) + "\n")
+        (staging / record).write_text(
+            json.dumps(
+                {
+                    "from": str(source.resolve().relative_to(Path(search).resolve())),
+                    "summary_sha256": hashlib.sha256((source / "summary.json").read_bytes()).hexdigest(),
+                    "why": why,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         if run_dir.exists():
             run_dir.rmdir()  # an empty folder (a config.toml would have excluded it)
         os.replace(staging, run_dir)

@@ -1,6 +1,7 @@
 """`pfedkit pretrain`: train a backbone centrally on one data set and save it as a torchvision-format state dict
 that `resnet18-adapter` and `small-resnet-adapter` load through `model.options.pretrained` (our stand-in for
 ImageNet weights when they are not at hand)."""
+
 from __future__ import annotations
 
 import io
@@ -22,14 +23,27 @@ from pfedkit.seeding import seeded_torch, torch_generator
 BACKBONES = ("resnet18-adapter", "small-resnet-adapter")
 
 
-def pretrain_backbone(dataset: str, model: str, out: str | Path, *, options: Optional[dict[str, Any]] = None,
-                      epochs: int = 2, batch_size: int = 64, lr: float = 0.05, momentum: float = 0.9,
-                      seed: int = 0, root: Optional[str] = None, device: str = "cpu",
-                      log: Callable[[str], None] = print) -> dict[str, Any]:
+def pretrain_backbone(
+    dataset: str,
+    model: str,
+    out: str | Path,
+    *,
+    options: Optional[dict[str, Any]] = None,
+    epochs: int = 2,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    seed: int = 0,
+    root: Optional[str] = None,
+    device: str = "cpu",
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Train `model` (without adapters) on `dataset`'s training split with SGD, save its backbone to `out`;
     returns the test accuracy (on the official test split, when the data set has one) and the time taken."""
     if model not in BACKBONES:
-        raise ConfigError(f"pretrain builds adapter backbones; --model must be one of {', '.join(BACKBONES)}, got {model!r}")
+        raise ConfigError(
+            f"pretrain builds adapter backbones; --model must be one of {', '.join(BACKBONES)}, got {model!r}"
+        )
     options = {k: v for k, v in (options or {}).items() if k != "adapters"}
     if options.get("pretrained"):
         raise ConfigError("pretrain starts from random weights; leave out the `pretrained` option")
@@ -50,7 +64,7 @@ def pretrain_backbone(dataset: str, model: str, out: str | Path, *, options: Opt
             order = torch.randperm(len(source.train_y), generator=torch_generator(seed, epoch, -1, "pretrain"))
             total = 0.0
             for i in range(0, len(order), batch_size):
-                idx = order[i:i + batch_size]
+                idx = order[i : i + batch_size]
                 if len(idx) < 2:  # BatchNorm needs two samples
                     continue
                 loss = F.cross_entropy(net(source.train_x[idx].to(device)), source.train_y[idx].to(device))

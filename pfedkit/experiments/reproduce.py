@@ -6,6 +6,7 @@ cell it can (a column whose data set is missing is reported with the command tha
 runs, resumes unfinished ones, and writes `table.md`, `table.csv` and `curves_<column>.png` into the output folder.
 The suites themselves are data: one TOML file per paper table in `pfedkit/experiments/papers/` (read by suites.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,12 @@ class Scale:
     changes: Mapping[str, Mapping[str, Any]]  # config sections merged into base and column (rounds, data share, ...)
     round_s: float  # seconds per round of a typical row, measured on this project's 2-core machine (0 = unknown)
     about: str  # one line: how this scale differs from the paper's
-    row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)  # rows kept apart, e.g. at full rounds
-    pretrain: Mapping[str, Any] = field(default_factory=dict)  # keys replacing the suite's [pretrain] ones at this scale
+    row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(
+        default_factory=dict
+    )  # rows kept apart, e.g. at full rounds
+    pretrain: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # keys replacing the suite's [pretrain] ones at this scale
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,9 @@ class Suite:
     rows: tuple[str, ...]
     scales: Mapping[str, Scale]
     row_changes: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
-    pretrain: Optional[Mapping[str, Any]] = None  # a backbone to pretrain before the first cell (pretrain_backbone's arguments)
+    pretrain: Optional[Mapping[str, Any]] = (
+        None  # a backbone to pretrain before the first cell (pretrain_backbone's arguments)
+    )
     claims: tuple[Mapping[str, Any], ...] = ()  # the paper's claims, checked on the finished runs (experiments.claims)
     threads: Optional[int] = None  # torch threads of the suite's own process (server-side training)
     last_k: Optional[int] = None  # also show (and judge claims on) the mean of the evaluations in the last k rounds
@@ -93,9 +100,16 @@ class Suite:
         return [(c, r) for c in columns for r in rows if self.columns[c].rows is None or r in self.columns[c].rows]
 
 
-def cell_config(suite: Suite, scale: str, column: str, row: str, overrides: Sequence[str] = (),
-                data_root: Optional[str] = None, workers: Optional[int] = None, out: Path = Path(".")
-                ) -> dict[str, Any]:
+def cell_config(
+    suite: Suite,
+    scale: str,
+    column: str,
+    row: str,
+    overrides: Sequence[str] = (),
+    data_root: Optional[str] = None,
+    workers: Optional[int] = None,
+    out: Path = Path("."),
+) -> dict[str, Any]:
     raw = merge(merge(suite.base, suite.scales[scale].changes), suite.columns[column].changes)
     raw = merge(raw, {"method": {"name": row}})
     raw = merge(raw, suite.row_changes.get(row, {}))
@@ -116,8 +130,10 @@ def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "smal
     from pfedkit.registry import method_class, with_method_values
 
     rows = claim.get("rows") or ([claim["row"], *claim["over"]] if "over" in claim else [])
-    configs = {r: with_method_values(method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0))
-               for r in rows}
+    configs = {
+        r: with_method_values(method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0))
+        for r in rows
+    }
     allowed = set(claim.get("differ_in", ()))
     found = []
     first = rows[0] if rows else None
@@ -143,12 +159,13 @@ def with_out(value: Any, out: Path) -> Any:
     if isinstance(value, dict):
         return {k: with_out(v, out) for k, v in value.items()}
     if isinstance(value, str) and value.startswith(OUT):
-        return os.path.normpath(out / value[len(OUT):])
+        return os.path.normpath(out / value[len(OUT) :])
     return value
 
 
-def pretrain_once(spec: Mapping[str, Any], out: Path, root: Optional[str], log: Callable[[str], None],
-                  device: str = "cpu") -> None:
+def pretrain_once(
+    spec: Mapping[str, Any], out: Path, root: Optional[str], log: Callable[[str], None], device: str = "cpu"
+) -> None:
     """The suite's [pretrain] backbone, unless its file is already in the output folder; on the cells' device."""
     from pfedkit.experiments.pretrain import pretrain_backbone
 
@@ -156,8 +173,15 @@ def pretrain_once(spec: Mapping[str, Any], out: Path, root: Optional[str], log: 
     if path.exists():
         return
     log(f"pretraining a {spec['model']} backbone on {spec['dataset']} -> {path}")
-    result = pretrain_backbone(spec["dataset"], spec["model"], path, options=dict(spec.get("options", {})),
-                               epochs=spec.get("epochs", 2), root=root, device=device)
+    result = pretrain_backbone(
+        spec["dataset"],
+        spec["model"],
+        path,
+        options=dict(spec.get("options", {})),
+        epochs=spec.get("epochs", 2),
+        root=root,
+        device=device,
+    )
     log(f"{spec['dataset']} test accuracy {result['test_acc']:.4f} in {result['seconds']:.0f} s")
 
 
@@ -194,12 +218,23 @@ def missing_by_column(configs: Mapping[tuple[str, str], Mapping[str, Any]]) -> d
     return missing
 
 
-def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,), out: Path,
-              overrides: Sequence[str] = (), rows: Optional[Sequence[str]] = None,
-              columns: Optional[Sequence[str]] = None, data_root: Optional[str] = None,
-              workers: Optional[int] = None, table_only: bool = False, progress: bool = True,
-              tuned: Optional[Path] = None, reuse_from: Optional[Path] = None,
-              log: Callable[[str], None] = print) -> str:
+def run_suite(
+    suite: Suite,
+    *,
+    scale: str = "small",
+    seeds: Sequence[int] = (0,),
+    out: Path,
+    overrides: Sequence[str] = (),
+    rows: Optional[Sequence[str]] = None,
+    columns: Optional[Sequence[str]] = None,
+    data_root: Optional[str] = None,
+    workers: Optional[int] = None,
+    table_only: bool = False,
+    progress: bool = True,
+    tuned: Optional[Path] = None,
+    reuse_from: Optional[Path] = None,
+    log: Callable[[str], None] = print,
+) -> str:
     """Run the suite's cells (skipping finished runs), then write its table; returns the table's markdown. With
     `tuned`, rows that have a `pfedkit tune` folder there (<tuned>/<row>/tune.json) run at their tuned values. With
     `reuse_from`, a cell that a finished run under that folder already ran (another suite's, say) is copied from it
@@ -207,9 +242,22 @@ def run_suite(suite: Suite, *, scale: str = "small", seeds: Sequence[int] = (0,)
     tuned_rows = read_tuned(Path(tuned), suite, rows) if tuned is not None else {}
     if tuned_rows and not table_only:
         record_tuned(Path(out), tuned_rows)
-    missing, _ = run_cells(suite, scale=scale, seeds=seeds, out=out, overrides=overrides, rows=rows, columns=columns,
-                        data_root=data_root, workers=workers, train=not table_only, progress=progress, log=log,
-                        tuned={r: t["values"] for r, t in tuned_rows.items()}, reuse_from=reuse_from)
+    missing, _ = run_cells(
+        suite,
+        scale=scale,
+        seeds=seeds,
+        out=out,
+        overrides=overrides,
+        rows=rows,
+        columns=columns,
+        data_root=data_root,
+        workers=workers,
+        train=not table_only,
+        progress=progress,
+        log=log,
+        tuned={r: t["values"] for r, t in tuned_rows.items()},
+        reuse_from=reuse_from,
+    )
     if table_only and not has_runs(Path(out)):  # a table of nothing would only leave a folder behind
         return ""
     return write_suite_outputs(suite, Path(out), missing, scale)
@@ -251,16 +299,24 @@ def tuned_lines(out: Path) -> list[str]:
         return []
     lines = ["", "Rows run at tuned values (pfedkit tune, scored on validation splits, never the test split):", ""]
     for row, record in sorted(json.loads((out / TUNED).read_text()).items()):
-        values = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in record["values"].items())
+        values = ", ".join(
+            f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in record["values"].items()
+        )
         lines.append(f"- {row}: {values}" + (f" (tuned on {record['about']})" if record["about"] else ""))
     return lines
 
 
 COPY_NOTES = {  # record file in a cell -> the table's heading for such cells, and how a line links cell to source
-    REUSED: ("Cells copied from finished runs with the same config at its values (not trained again; "
-             f"{REUSED} in each names the source):", "="),
-    CONTINUED: ("Cells that carried on a finished shorter run with the same config (its rounds copied, the rest "
-                f"trained here; {CONTINUED} in each names the source):", "continues"),
+    REUSED: (
+        "Cells copied from finished runs with the same config at its values (not trained again; "
+        f"{REUSED} in each names the source):",
+        "=",
+    ),
+    CONTINUED: (
+        "Cells that carried on a finished shorter run with the same config (its rounds copied, the rest "
+        f"trained here; {CONTINUED} in each names the source):",
+        "continues",
+    ),
 }
 
 
@@ -270,15 +326,30 @@ def copied_lines(out: Path, record_name: str) -> list[str]:
     if not records:
         return []
     heading, link = COPY_NOTES[record_name]
-    return ["", heading, ""] + [f"- {r.parent.relative_to(out)} {link} {json.loads(r.read_text())['from']}"
-                                for r in records]
+    return ["", heading, ""] + [
+        f"- {r.parent.relative_to(out)} {link} {json.loads(r.read_text())['from']}" for r in records
+    ]
 
 
-def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (),
-              rows: Optional[Sequence[str]] = None, columns: Optional[Sequence[str]] = None,
-              data_root: Optional[str] = None, workers: Optional[int] = None, train: bool = True, resume: bool = True,
-              skip_missing: bool = True, progress: bool = True, tuned: Mapping[str, Mapping[str, Any]] = {},
-              reuse_from: Optional[Path] = None, log: Callable[[str], None] = print) -> tuple[dict[str, str], dict[Path, dict[str, Any]]]:
+def run_cells(
+    suite: Suite,
+    *,
+    scale: str,
+    seeds: Sequence[int],
+    out: Path,
+    overrides: Sequence[str] = (),
+    rows: Optional[Sequence[str]] = None,
+    columns: Optional[Sequence[str]] = None,
+    data_root: Optional[str] = None,
+    workers: Optional[int] = None,
+    train: bool = True,
+    resume: bool = True,
+    skip_missing: bool = True,
+    progress: bool = True,
+    tuned: Mapping[str, Mapping[str, Any]] = {},
+    reuse_from: Optional[Path] = None,
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, str], dict[Path, dict[str, Any]]]:
     """Every (column, row, seed) of the suite run into out/<column>/<row>/seed<N> (a column "." is `out` itself):
     every config validated once and every run folder checked before anything trains, then `run_configs`. A column
     whose data are missing is skipped with a message, or with `skip_missing=False` is an error. Returns the missing
@@ -292,15 +363,21 @@ def run_cells(suite: Suite, *, scale: str, seeds: Sequence[int], out: Path, over
         if unknown:
             raise ConfigError(f"suite {suite.name} has no {what} {', '.join(unknown)}; its {what}: {', '.join(known)}")
     out = Path(out)
-    every_cell = {(c, r): merge(cell_config(suite, scale, c, r, overrides, data_root, workers, out),
-                                {"method": dict(tuned.get(r, {}))})
-                  for c, r in suite.cells(list(suite.columns), list(suite.rows))}
+    every_cell = {
+        (c, r): merge(
+            cell_config(suite, scale, c, r, overrides, data_root, workers, out), {"method": dict(tuned.get(r, {}))}
+        )
+        for c, r in suite.cells(list(suite.columns), list(suite.rows))
+    }
     missing = missing_by_column(every_cell)  # for the table too, whichever columns this call runs
     if not train:
         return missing, {}
     cells = suite.cells(columns, rows)
-    runs = {(c, run_folder(out / c, r, seed)): method_config(every_cell[c, r], suite.method_of(r), seed)
-            for c, r in cells for seed in seeds}  # every config validated once, here
+    runs = {
+        (c, run_folder(out / c, r, seed)): method_config(every_cell[c, r], suite.method_of(r), seed)
+        for c, r in cells
+        for seed in seeds
+    }  # every config validated once, here
     check_run_folders({run_dir: config for (_, run_dir), config in runs.items()}, resume)  # before any training
     for c in columns:
         if c in missing:
@@ -325,16 +402,28 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
 
     labels = {c: col.label for c, col in suite.columns.items()}
     paper = {r: {c: col.paper[r] for c, col in suite.columns.items() if r in col.paper} for r in suite.rows}
-    lines, rounds = paper_table(out, labels, suite.rows, paper, last_k=suite.last_k,
-                                column_rows={c: col.rows for c, col in suite.columns.items()},
-                                paper_point=suite.paper_point)
-    lines = [f"# {suite.paper}", "", *lines, "",
-             f"Rounds run: {sorted(rounds) or 'none yet'}. Accuracy in %; mean ± sample std over the seeds that finished "
-             f"(n); best = the best evaluated round, last = the final round"
-             + ("; n/a = the row is not part of that column" if any(col.rows for col in suite.columns.values()) else "")
-             + f". Scale {scale}: {suite.scales[scale].about}", "",
-             *run_facts([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]),
-             f"Curves: {TREND_NOTE}."]
+    lines, rounds = paper_table(
+        out,
+        labels,
+        suite.rows,
+        paper,
+        last_k=suite.last_k,
+        column_rows={c: col.rows for c, col in suite.columns.items()},
+        paper_point=suite.paper_point,
+    )
+    lines = [
+        f"# {suite.paper}",
+        "",
+        *lines,
+        "",
+        f"Rounds run: {sorted(rounds) or 'none yet'}. Accuracy in %; mean ± sample std over the seeds that finished "
+        f"(n); best = the best evaluated round, last = the final round"
+        + ("; n/a = the row is not part of that column" if any(col.rows for col in suite.columns.values()) else "")
+        + f". Scale {scale}: {suite.scales[scale].about}",
+        "",
+        *run_facts([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]),
+        f"Curves: {TREND_NOTE}.",
+    ]
     if suite.notes:
         lines += ["", suite.notes]
     lines += tuned_lines(out) + copied_lines(out, REUSED) + copied_lines(out, CONTINUED) + distillation_lines(out)
@@ -357,10 +446,17 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
         for r in suite.rows:
             for run in finished_runs(out / c, r):
                 summary = summary_of(run)
-                record = {"column": c, "method": r, "seed": run.name.removeprefix("seed"), "rounds": summary["rounds"],
-                          "best_acc": summary["best_acc"], "last_acc": summary["last_acc"],
-                          "eval_point": summary.get("eval_point", "start"), "curve": cell_trend([run]),
-                          "paper": suite.columns[c].paper.get(r, "")}
+                record = {
+                    "column": c,
+                    "method": r,
+                    "seed": run.name.removeprefix("seed"),
+                    "rounds": summary["rounds"],
+                    "best_acc": summary["best_acc"],
+                    "last_acc": summary["last_acc"],
+                    "eval_point": summary.get("eval_point", "start"),
+                    "curve": cell_trend([run]),
+                    "paper": suite.columns[c].paper.get(r, ""),
+                }
                 if suite.last_k:
                     record[f"mean_last_{suite.last_k}"] = mean_of_last(run, suite.last_k, rounds=True)
                 record.update({k: summary[k] for k in ("best_acc_after", "last_acc_after") if k in summary})
@@ -369,9 +465,12 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
                 curves[r] = mean_curve(runs)
         if curves:
             save_curves(curves, out / f"curves_{c}.png", title=f"{suite.paper}, {suite.columns[c].label}")
-    fields = ["column", "method", "seed", "rounds", "best_acc", "last_acc", "eval_point", "curve"] + (
-        [f"mean_last_{suite.last_k}"] if suite.last_k else []) + ["paper"] + (
-        ["best_acc_after", "last_acc_after"] if any("best_acc_after" in r for r in records) else [])
+    fields = (
+        ["column", "method", "seed", "rounds", "best_acc", "last_acc", "eval_point", "curve"]
+        + ([f"mean_last_{suite.last_k}"] if suite.last_k else [])
+        + ["paper"]
+        + (["best_acc_after", "last_acc_after"] if any("best_acc_after" in r for r in records) else [])
+    )
     atomic_write_csv(out / "table.csv", records, fields)
     return table
 
@@ -397,8 +496,10 @@ def suite_evidence(suite: Suite, out: Path) -> tuple[Evidence, str]:
 def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
     """The generated table of where each paper's claims stand: one line per claim and scale whose results folder
     under `root` holds runs (`results_folder`), judged by the rules of `experiments.claims`."""
-    lines = ["| paper | claim | judges | verdict | numbers and the rule that decided | scale, rounds | id |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| paper | claim | judges | verdict | numbers and the rule that decided | scale, rounds | id |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for suite in suites:
         for number, claim in enumerate(suite.claims, 1):
             for scale in suite.scales:
@@ -412,8 +513,10 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
                 verdict = f"**{judgement.verdict}**"
                 detail = judgement.detail.replace("|", "/")
-                lines.append(f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
-                             f"| {scale}, {rounds} | `{claim_id(suite, number, scale)}` |")
+                lines.append(
+                    f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
+                    f"| {scale}, {rounds} | `{claim_id(suite, number, scale)}` |"
+                )
     floors = []
     for suite in suites:
         folders = [root / results_folder(suite.name, scale) for scale in suite.scales]
@@ -445,17 +548,22 @@ def update_claims(document: Path, table: Sequence[str]) -> bool:
 
 def describe(suite: Suite) -> str:
     """The `--list` entry: paper and table, rows, columns, data, and time at each scale on this machine."""
-    data = sorted({d for c in suite.columns for d in datasets_of(cell_config(suite, next(iter(suite.scales)), c,
-                                                                              suite.rows[0]))})
-    lines = [f"{suite.name}: {suite.paper}",
-             f"  rows:    {', '.join(suite.rows)}",
-             "  columns: " + "; ".join(f"{c} ({col.label})" for c, col in suite.columns.items()),
-             f"  data:    {', '.join(data)}"]
+    data = sorted(
+        {d for c in suite.columns for d in datasets_of(cell_config(suite, next(iter(suite.scales)), c, suite.rows[0]))}
+    )
+    lines = [
+        f"{suite.name}: {suite.paper}",
+        f"  rows:    {', '.join(suite.rows)}",
+        "  columns: " + "; ".join(f"{c} ({col.label})" for c, col in suite.columns.items()),
+        f"  data:    {', '.join(data)}",
+    ]
     cells = suite.cells(list(suite.columns), list(suite.rows))
     for name, scale in suite.scales.items():
         rounds = merge(suite.base, scale.changes)["train"]["rounds"]
         total_rounds = sum(cell_config(suite, name, c, r)["train"]["rounds"] for c, r in cells)
-        runs = f"{len(cells)} runs of {rounds} rounds" + (" (some rows more)" if total_rounds > len(cells) * rounds else "")
+        runs = f"{len(cells)} runs of {rounds} rounds" + (
+            " (some rows more)" if total_rounds > len(cells) * rounds else ""
+        )
         if scale.round_s:
             estimate = f"~{scale.round_s:.0f} s/round per row here, ~{total_rounds * scale.round_s / 3600:.1f} h for {runs} per seed"
         else:

@@ -1,4 +1,5 @@
 """One run as a user asks for it: the engine's simulation, then the run folder's plot."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,17 +13,25 @@ from pfedkit.reports.plots import point_curves, save_curves
 from pfedkit.tracking import Trackers
 
 
-def run_experiment(config: Config, out: str | Path, *, resume: bool = False, progress: bool = True,
-                   fed: Optional[FederatedDataset] = None, observers: Sequence[RoundObserver] = (),
-                   force: bool = False) -> dict[str, Any]:
+def run_experiment(
+    config: Config,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    fed: Optional[FederatedDataset] = None,
+    observers: Sequence[RoundObserver] = (),
+    force: bool = False,
+) -> dict[str, Any]:
     """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary. `observers` see
     every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too. `force`: write into
     an --out that holds files pfedkit did not write."""
     trackers = Trackers(config, Path(out))
     summary, curves = None, None
     try:
-        summary = simulate(config, out, resume=resume, progress=progress, fed=fed, observers=[trackers, *observers],
-                           force=force)
+        summary = simulate(
+            config, out, resume=resume, progress=progress, fed=fed, observers=[trackers, *observers], force=force
+        )
         curves = draw_run_curves(Path(out), config)
     finally:
         trackers.close(summary, curves)
@@ -30,5 +39,8 @@ def run_experiment(config: Config, out: str | Path, *, resume: bool = False, pro
 
 
 def draw_run_curves(out: Path, config: Config) -> Path:
-    return save_curves(point_curves(config.method.name, read_csv(out / "metrics.csv"), config.eval.point), out / "curves.png",
-                       title=f"{config.method.name} on {config.data.dataset}")
+    return save_curves(
+        point_curves(config.method.name, read_csv(out / "metrics.csv"), config.eval.point),
+        out / "curves.png",
+        title=f"{config.method.name} on {config.data.dataset}",
+    )

@@ -4,6 +4,7 @@ A suite file states everything about its table as data: the base run config, the
 paper's numbers and where in the paper they are), the rows and their changes, the scales, a backbone to pretrain,
 and the paper's claims. The code that runs suites (`reproduce.py`) knows no paper.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,16 +15,33 @@ from pfedkit.errors import ConfigError
 from pfedkit.experiments.reproduce import Column, Scale, Suite
 
 PAPERS = Path(__file__).with_name("papers")
-SUITE_KEYS = {"name", "paper", "rows", "base", "columns", "scales", "row_changes", "pretrain", "claims", "threads",
-              "last_k", "cost_column", "notes", "paper_point", "noise"}
+SUITE_KEYS = {
+    "name",
+    "paper",
+    "rows",
+    "base",
+    "columns",
+    "scales",
+    "row_changes",
+    "pretrain",
+    "claims",
+    "threads",
+    "last_k",
+    "cost_column",
+    "notes",
+    "paper_point",
+    "noise",
+}
 COLUMN_KEYS = {"label", "changes", "paper", "rows", "row_changes", "source"}
 SCALE_KEYS = {"about", "round_s", "changes", "row_changes", "pretrain"}
 # point: the evaluation point judged, else each run's own; differ_in: the config keys in which the compared rows may
 # differ (what the paper says differs), beyond the methods themselves
-CLAIM_KEYS = {"above": {"text", "column", "rows", "point", "differ_in"},
-              "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"},
-              "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
-              "number": {"kind", "text", "column", "row", "value", "points", "point"}}
+CLAIM_KEYS = {
+    "above": {"text", "column", "rows", "point", "differ_in"},
+    "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"},
+    "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
+    "number": {"kind", "text", "column", "row", "value", "points", "point"},
+}
 
 
 def _check(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -46,16 +64,28 @@ def suite_from_toml(path: Path) -> Suite:
         outside = sorted((set(col.get("rows", ())) | set(col.get("paper", {}))) - set(rows))
         if outside:
             raise ConfigError(f"{path} [columns.{key}]: rows {', '.join(outside)} are not in the suite's rows")
-        columns[key] = Column(col["label"], col.get("changes", {}), col.get("paper", {}),
-                              tuple(col["rows"]) if "rows" in col else None, col.get("row_changes", {}),
-                              col.get("source", ""))
+        columns[key] = Column(
+            col["label"],
+            col.get("changes", {}),
+            col.get("paper", {}),
+            tuple(col["rows"]) if "rows" in col else None,
+            col.get("row_changes", {}),
+            col.get("source", ""),
+        )
     scales = {}
     for key, scale in data["scales"].items():
         _check(scale, SCALE_KEYS, f"{path} [scales.{key}]")
-        scales[key] = Scale(scale.get("changes", {}), scale.get("round_s", 0), scale["about"],
-                            scale.get("row_changes", {}), scale.get("pretrain", {}))
+        scales[key] = Scale(
+            scale.get("changes", {}),
+            scale.get("round_s", 0),
+            scale["about"],
+            scale.get("row_changes", {}),
+            scale.get("pretrain", {}),
+        )
         if "pretrain" in scale and "pretrain" not in data:
-            raise ConfigError(f"{path} [scales.{key}]: a scale's pretrain changes the suite's [pretrain], which it has not")
+            raise ConfigError(
+                f"{path} [scales.{key}]: a scale's pretrain changes the suite's [pretrain], which it has not"
+            )
     for claim in data.get("claims", ()):
         kind = claim.get("kind", "above")
         if kind not in CLAIM_KEYS:
@@ -63,19 +93,35 @@ def suite_from_toml(path: Path) -> Suite:
         _check(claim, CLAIM_KEYS[kind] | {"kind"}, f"{path} claim {claim.get('text')!r}")
     paper_point = data.get("paper_point")
     if paper_point not in (None, "start", "after-local"):
-        raise ConfigError(f"{path}: paper_point = {paper_point!r}; use \"start\" or \"after-local\" (the evaluation point "
-                          "the paper's numbers are read at)")
+        raise ConfigError(
+            f'{path}: paper_point = {paper_point!r}; use "start" or "after-local" (the evaluation point '
+            "the paper's numbers are read at)"
+        )
     noise = data.get("noise")
     if noise is not None:
         _check(noise, {"column", "rows"}, f"{path} noise")
         if noise.get("column") not in columns or len(noise.get("rows", ())) < 2 or set(noise["rows"]) - set(rows):
-            raise ConfigError(f"{path}: noise needs a column of the suite and two or more of its rows (repeats of one "
-                              "config differing only in run.repeat)")
-    return Suite(name=data["name"], paper=data["paper"], base=data["base"], columns=columns, rows=rows, scales=scales,
-                 row_changes=data.get("row_changes", {}), pretrain=data.get("pretrain"),
-                 claims=tuple(data.get("claims", ())), threads=data.get("threads"), last_k=data.get("last_k"),
-                 cost_column=data.get("cost_column"), notes=data.get("notes", ""), paper_point=paper_point,
-                 noise=noise)
+            raise ConfigError(
+                f"{path}: noise needs a column of the suite and two or more of its rows (repeats of one "
+                "config differing only in run.repeat)"
+            )
+    return Suite(
+        name=data["name"],
+        paper=data["paper"],
+        base=data["base"],
+        columns=columns,
+        rows=rows,
+        scales=scales,
+        row_changes=data.get("row_changes", {}),
+        pretrain=data.get("pretrain"),
+        claims=tuple(data.get("claims", ())),
+        threads=data.get("threads"),
+        last_k=data.get("last_k"),
+        cost_column=data.get("cost_column"),
+        notes=data.get("notes", ""),
+        paper_point=paper_point,
+        noise=noise,
+    )
 
 
 SUITES: dict[str, Suite] = {suite.name: suite for suite in map(suite_from_toml, sorted(PAPERS.glob("*.toml")))}

@@ -4,6 +4,7 @@ Messages from the server carry a payload (see `records`) and a control record: t
 and/or train, the run key and the oldest round a server resume could restart from. Only the method's reply
 and evaluation counts leave the node.
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,9 +63,20 @@ def info(msg: Message, context: Context) -> Message:
 def describe(node: Node) -> RecordDict:
     """Who this node is and the shape of its data; no samples, no labels."""
     data = node.data
-    return RecordDict({INFO: ConfigRecord({
-        "client-id": node.cid, "input-shape": [int(s) for s in data.train_x.shape[1:]], "num-classes": data.num_classes,
-        "num-train": data.num_train, "num-test": int(data.test_y.shape[0]), "pfedkit-version": pfedkit.__version__})})
+    return RecordDict(
+        {
+            INFO: ConfigRecord(
+                {
+                    "client-id": node.cid,
+                    "input-shape": [int(s) for s in data.train_x.shape[1:]],
+                    "num-classes": data.num_classes,
+                    "num-train": data.num_train,
+                    "num-test": int(data.test_y.shape[0]),
+                    "pfedkit-version": pfedkit.__version__,
+                }
+            )
+        }
+    )
 
 
 @app.train()
@@ -105,6 +117,7 @@ def work(node: Node, content: RecordDict) -> RecordDict:
                 correct, loss, n = evaluate_model(model, node.data.test_x, node.data.test_y)
             out[EVAL_AFTER] = MetricRecord({"correct": correct, "loss": loss, "n": n})
         train_s = time.perf_counter() - start
-    out[CONTROL] = ConfigRecord({"client-id": node.cid, "state-round": state_round, "eval-s": eval_s,
-                                 "train-s": train_s})
+    out[CONTROL] = ConfigRecord(
+        {"client-id": node.cid, "state-round": state_round, "eval-s": eval_s, "train-s": train_s}
+    )
     return out

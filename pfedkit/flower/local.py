@@ -3,6 +3,7 @@
 Every process is started here and stopped here by its own pid (SIGTERM, then SIGKILL after a grace period).
 Real deployments use TLS and node authentication instead; see README, "Running on Flower".
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,17 @@ FEDERATION = "loopback"
 def offline_env(home: Path) -> dict[str, str]:
     """No telemetry, no update checks, no `uv sync` of app dependencies: use the installed pfedkit and torch."""
     env = dict(os.environ)
-    env.update({
-        "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(home),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "FLWR_HOME": str(home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_TMPDIR": str(home),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -50,10 +57,12 @@ def _tool(name: str) -> str:
 
 def node_config_text(values: Mapping[str, Any]) -> str:
     """`key=value ...` as `flower-supernode --node-config` reads it (values are TOML literals)."""
+
     def literal(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         return str(v) if isinstance(v, (int, float)) else json.dumps(str(v))
+
     return " ".join(f"{k}={literal(v)}" for k, v in values.items())
 
 
@@ -99,8 +108,15 @@ class LoopbackFederation:
     def _spawn(self, cmd: list[str], log_name: str) -> subprocess.Popen:
         log = open(self.workdir / log_name, "ab")
         try:  # own session: stopping the group also stops the app processes it spawned
-            proc = subprocess.Popen(cmd, env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                env=self.env,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             log.close()
         self.guardian.watch(proc.pid)  # killed with its helpers should this process die without close()
@@ -110,12 +126,23 @@ class LoopbackFederation:
         self.home.mkdir(parents=True, exist_ok=True)
         self.guardian = Guardian()
         (self.home / "config.toml").write_text(
-            f'[superlink.{FEDERATION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'[superlink.{FEDERATION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
         try:
-            self.superlink = self._spawn([
-                _tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
-                "--disable-runtime-dependency-installation", "--database", str(self.workdir / "superlink.db"),
-            ], "superlink.log")
+            self.superlink = self._spawn(
+                [
+                    _tool("flower-superlink"),
+                    "--insecure",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--disable-runtime-dependency-installation",
+                    "--database",
+                    str(self.workdir / "superlink.db"),
+                ],
+                "superlink.log",
+            )
             self._wait_healthy()
         except BaseException:
             self.close()
@@ -126,21 +153,34 @@ class LoopbackFederation:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.superlink.poll() is not None:
-                raise PfedkitError(f"flower-superlink exited ({self.superlink.returncode}); see {self.workdir / 'superlink.log'}")
+                raise PfedkitError(
+                    f"flower-superlink exited ({self.superlink.returncode}); see {self.workdir / 'superlink.log'}"
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
                     return
             except OSError:
                 time.sleep(0.2)
-        raise PfedkitError(f"flower-superlink not healthy after {self.start_timeout:.0f} s; see {self.workdir / 'superlink.log'}")
+        raise PfedkitError(
+            f"flower-superlink not healthy after {self.start_timeout:.0f} s; see {self.workdir / 'superlink.log'}"
+        )
 
     def start_node(self, cid: int, **node_config: Any) -> subprocess.Popen:
         """A SuperNode for client `cid`; extra node config (data-dir, state-dir, threads, ...) as keywords."""
         values = {"client-id": cid, **{k.replace("_", "-"): v for k, v in node_config.items()}}
-        self.nodes[cid] = self._spawn([
-            _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-            "--port", str(free_port()), "--node-config", node_config_text(values),
-        ], f"node-{cid}.log")
+        self.nodes[cid] = self._spawn(
+            [
+                _tool("flower-supernode"),
+                "--insecure",
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                "--port",
+                str(free_port()),
+                "--node-config",
+                node_config_text(values),
+            ],
+            f"node-{cid}.log",
+        )
         return self.nodes[cid]
 
     def reap_dead_nodes(self) -> list[tuple[int, int]]:
@@ -187,9 +227,15 @@ def rounds_done(metrics: Path) -> int:
         return 0
 
 
-def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 3600.0,
-                 node_config: Optional[Mapping[str, Any]] = None,
-                 log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+def run_loopback(
+    settings,
+    workdir: str | Path,
+    nodes: int,
+    *,
+    timeout: float = 3600.0,
+    node_config: Optional[Mapping[str, Any]] = None,
+    log: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
     """Write the app, start a SuperLink and one SuperNode per client on 127.0.0.1, run to the end, stop them all;
     `log` hears each step and each finished round."""
     from pfedkit.flower.settings import write_app
@@ -213,12 +259,18 @@ def run_loopback(settings, workdir: str | Path, nodes: int, *, timeout: float = 
                 raise PfedkitError(f"the Flower run did not finish in {timeout:.0f} s; see {workdir / 'run.log'}")
             time.sleep(1.0)
             for cid, code in fed.reap_dead_nodes():
-                log(f"the node of client {cid} stopped (exit code {code}; see {workdir / f'node-{cid}.log'}): rounds go "
-                    "on without its replies, as Flower leaves out a node that does not answer")
+                log(
+                    f"the node of client {cid} stopped (exit code {code}; see {workdir / f'node-{cid}.log'}): rounds go "
+                    "on without its replies, as Flower leaves out a node that does not answer"
+                )
             if (done := rounds_done(metrics)) != seen:
                 seen = done
                 last = done - 1  # metrics.csv row k is round k; round R is the final evaluation
-                log("final evaluation done" if last == rounds else f"round {last} done ({done}/{rounds} training rounds)")
+                log(
+                    "final evaluation done"
+                    if last == rounds
+                    else f"round {last} done ({done}/{rounds} training rounds)"
+                )
     summary_path = Path(settings.out) / "summary.json"
     if not summary_path.exists():
         raise PfedkitError(f"the Flower run ended without results; see {workdir / 'run.log'}")

@@ -3,6 +3,7 @@
 Tensors go in one ArrayRecord, plain numbers in one ConfigRecord, and the key order in a third record, so the
 dict that comes out equals the one that went in: same keys in the same order, dtypes, shapes, values, types.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,14 +25,18 @@ def to_records(message: State, into: RecordDict | None = None) -> RecordDict:
     for key, value in message.items():
         if isinstance(value, torch.Tensor):
             if value.dtype == torch.bfloat16 or value.is_complex():  # no lossless NumPy form for these
-                raise PfedkitError(f"message entry {key!r} has dtype {value.dtype}, which Flower records cannot carry; "
-                                   "send it as float32")
+                raise PfedkitError(
+                    f"message entry {key!r} has dtype {value.dtype}, which Flower records cannot carry; "
+                    "send it as float32"
+                )
             tensors[key] = Array(value.detach().cpu().contiguous().numpy())
         elif isinstance(value, PLAIN):
             values[key] = value
         else:
-            raise PfedkitError(f"message entry {key!r} is a {type(value).__name__}; payloads and replies hold only "
-                               "tensors and plain numbers (bool, int, float, str)")
+            raise PfedkitError(
+                f"message entry {key!r} is a {type(value).__name__}; payloads and replies hold only "
+                "tensors and plain numbers (bool, int, float, str)"
+            )
     records = RecordDict() if into is None else into
     records[TENSORS], records[VALUES] = tensors, values
     records[ORDER] = ConfigRecord({"keys": list(message)})

@@ -4,6 +4,7 @@ The server drives rounds itself over `grid.send_and_receive`: one exchange per r
 own payload, with flags to evaluate (at the start of the round, after broadcast) and/or train. Replies that
 do not come (a dead node, a timeout) are left out; the method aggregates those that arrived.
 """
+
 from __future__ import annotations
 
 import time
@@ -58,8 +59,11 @@ class FlowerRun(RoundLoop):
     def finish(self) -> dict[str, Any]:
         summary = super().finish()
         cfg = self.config
-        save_curves(point_curves(cfg.method.name, self.rows, cfg.eval.point), self.out / "curves.png",
-                    title=f"{cfg.method.name} on {cfg.data.dataset}")
+        save_curves(
+            point_curves(cfg.method.name, self.rows, cfg.eval.point),
+            self.out / "curves.png",
+            title=f"{cfg.method.name} on {cfg.data.dataset}",
+        )
         return summary
 
     def summary_extra(self) -> dict[str, Any]:
@@ -69,12 +73,16 @@ class FlowerRun(RoundLoop):
             if row.get("point", "start") == "start":
                 evaluated[row["round"]] = evaluated.get(row["round"], 0) + 1
         gaps = {str(r["round"]): [int(c) for c in r["missing"].split()] for r in self.rows if r.get("missing")}
-        extra: dict[str, Any] = {"evaluated_clients": {str(k): v for k, v in sorted(evaluated.items())},
-                                 "rounds_with_missing_clients": gaps}
+        extra: dict[str, Any] = {
+            "evaluated_clients": {str(k): v for k, v in sorted(evaluated.items())},
+            "rounds_with_missing_clients": gaps,
+        }
         if gaps:
-            extra["note"] = (f"accuracies cover only the clients that answered: in {len(gaps)} round(s) some did not "
-                             f"(see rounds_with_missing_clients; last round: {evaluated.get(self.rows[-1]['round'], 0)} "
-                             f"of {self.num_clients} clients evaluated)")
+            extra["note"] = (
+                f"accuracies cover only the clients that answered: in {len(gaps)} round(s) some did not "
+                f"(see rounds_with_missing_clients; last round: {evaluated.get(self.rows[-1]['round'], 0)} "
+                f"of {self.num_clients} clients evaluated)"
+            )
         return extra
 
     # ---- nodes ----
@@ -92,7 +100,8 @@ class FlowerRun(RoundLoop):
                     return
                 raise PfedkitError(
                     f"{len(self.nodes)} of the {want} clients needed connected within {self.settings.connect_timeout:.0f} s "
-                    f"(client ids seen: {sorted(self.nodes)}); start more SuperNodes or lower min-clients in the run config")
+                    f"(client ids seen: {sorted(self.nodes)}); start more SuperNodes or lower min-clients in the run config"
+                )
             time.sleep(1.0)
 
     def refresh_nodes(self) -> None:
@@ -111,14 +120,22 @@ class FlowerRun(RoundLoop):
             info = reply.content.config_records[INFO_RECORD]
             cid = int(info["client-id"])
             if info.get("pfedkit-version") != pfedkit.__version__:  # the app carries no code: each machine runs its own
-                raise PfedkitError(f"client {cid} (node {node}) runs pfedkit {info.get('pfedkit-version')}, the server "
-                                   f"{pfedkit.__version__}; install the same pfedkit on every machine")
+                raise PfedkitError(
+                    f"client {cid} (node {node}) runs pfedkit {info.get('pfedkit-version')}, the server "
+                    f"{pfedkit.__version__}; install the same pfedkit on every machine"
+                )
             self.check_shape(cid, (tuple(int(s) for s in info["input-shape"]), int(info["num-classes"])))
             if cid in self.nodes and self.nodes[cid] != node:
                 log(WARNING, "pfedkit: client %s now answers on node %s (was node %s)", cid, node, self.nodes[cid])
             self.nodes[cid] = node
-            log(INFO, "pfedkit: client %s on node %s (%s train / %s test samples)", cid, node,
-                info["num-train"], info["num-test"])
+            log(
+                INFO,
+                "pfedkit: client %s on node %s (%s train / %s test samples)",
+                cid,
+                node,
+                info["num-train"],
+                info["num-test"],
+            )
         self.asked |= set(new)
 
     def check_shape(self, cid: int, shape: tuple[tuple[int, ...], int]) -> None:
@@ -128,14 +145,22 @@ class FlowerRun(RoundLoop):
             raise PfedkitError(
                 f"client {cid} has inputs {shape[0]} with {shape[1]} classes, but client {self.data_shape_from} has "
                 f"{self.data_shape[0]} with {self.data_shape[1]}; every node needs the same input size and classes "
-                "(node config: image-size, classes, num-classes)")
+                "(node config: image-size, classes, num-classes)"
+            )
 
     # ---- one exchange per round ----
     def message(self, cid: int, payload: State, round: int, evaluate: bool, train: bool) -> Message:
         content = to_records(payload)
-        content[CONTROL] = ConfigRecord({"round": round, "evaluate": evaluate, "train": train, "run-key": self.run_key,
-                                         "keep-from": self.checkpointed,
-                                         "evaluate-after": train and self.evaluates_after(round)})
+        content[CONTROL] = ConfigRecord(
+            {
+                "round": round,
+                "evaluate": evaluate,
+                "train": train,
+                "run-key": self.run_key,
+                "keep-from": self.checkpointed,
+                "evaluate-after": train and self.evaluates_after(round),
+            }
+        )
         return Message(content, self.nodes[cid], "train" if train else "evaluate", group_id=str(round))
 
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
@@ -156,13 +181,21 @@ class FlowerRun(RoundLoop):
         for reply in replies:
             cid = client_of.get(reply.metadata.src_node_id)
             if reply.has_error() or cid is None:
-                log(WARNING, "pfedkit: round %s: no reply from node %s (client %s): %s", round, reply.metadata.src_node_id,
-                    cid, reply.error.reason if reply.has_error() else "unknown node")
+                log(
+                    WARNING,
+                    "pfedkit: round %s: no reply from node %s (client %s): %s",
+                    round,
+                    reply.metadata.src_node_id,
+                    cid,
+                    reply.error.reason if reply.has_error() else "unknown node",
+                )
                 continue
             control = reply.content.config_records[CONTROL]
             if int(control["client-id"]) != cid:
-                raise PfedkitError(f"node {reply.metadata.src_node_id} answered as client {control['client-id']}, "
-                                   f"but registered as client {cid}; give each SuperNode its own client-id")
+                raise PfedkitError(
+                    f"node {reply.metadata.src_node_id} answered as client {control['client-id']}, "
+                    f"but registered as client {cid}; give each SuperNode its own client-id"
+                )
             if EVAL in reply.content.metric_records:
                 m = reply.content.metric_records[EVAL]
                 evals[cid] = (int(m["correct"]), float(m["loss"]), int(m["n"]))
@@ -172,10 +205,18 @@ class FlowerRun(RoundLoop):
                 after[cid] = (int(m["correct"]), float(m["loss"]), int(m["n"]))
             if cid in train_ids:
                 trained[cid] = from_records(reply.content)
-            self.reply_rows.append({"round": round, "client": cid, "node": reply.metadata.src_node_id,
-                                    "evaluated": cid in evals, "trained": cid in trained,
-                                    "state_round": int(control["state-round"]), "eval_s": float(control["eval-s"]),
-                                    "train_s": float(control["train-s"])})
+            self.reply_rows.append(
+                {
+                    "round": round,
+                    "client": cid,
+                    "node": reply.metadata.src_node_id,
+                    "evaluated": cid in evals,
+                    "trained": cid in trained,
+                    "state_round": int(control["state-round"]),
+                    "eval_s": float(control["eval-s"]),
+                    "train_s": float(control["train-s"]),
+                }
+            )
         answered = sorted(set(evals) | set(trained))
         missing = [cid for cid in targets if cid not in answered]
         row: dict[str, Any] = {"answered": " ".join(map(str, answered)), "missing": " ".join(map(str, missing))}
@@ -190,14 +231,26 @@ class FlowerRun(RoundLoop):
             if len(trained) >= self.settings.min_replies:
                 row.update(self.apply_replies(round, sent, trained))
             else:
-                log(WARNING, "pfedkit: round %s: %s training replies, fewer than min-replies=%s; the server state is kept",
-                    round, len(trained), self.settings.min_replies)
+                log(
+                    WARNING,
+                    "pfedkit: round %s: %s training replies, fewer than min-replies=%s; the server state is kept",
+                    round,
+                    len(trained),
+                    self.settings.min_replies,
+                )
         row["eval_s"] = eval_s
         row["train_s"] = time.perf_counter() - start - eval_s  # the exchange: transport, node start-up, training
         atomic_write_csv(self.out / "replies.csv", self.reply_rows, REPLY_COLUMNS)
         acc = "-" if row.get("acc") is None else f"{row['acc']:.4f}"
-        log(INFO, "pfedkit: round %s: acc %s, answered %s, missing %s, %.1f s", round, acc, answered, missing,
-            row["train_s"] + eval_s)
+        log(
+            INFO,
+            "pfedkit: round %s: acc %s, answered %s, missing %s, %.1f s",
+            round,
+            acc,
+            answered,
+            missing,
+            row["train_s"] + eval_s,
+        )
         return row
 
     # ---- checkpoints also hold the run key, so a resumed server finds the clients' state ----
@@ -234,5 +287,10 @@ def main(grid: Grid, context: Context) -> None:
         summary = FlowerRun(grid, settings, observers=[trackers]).run()
     finally:
         trackers.close(summary, Path(settings.out) / "curves.png" if summary else None)
-    log(INFO, "pfedkit: done: best acc %s (round %s), last %s", summary.get("best_acc"), summary.get("best_round"),
-        summary.get("last_acc"))
+    log(
+        INFO,
+        "pfedkit: done: best acc %s (round %s), last %s",
+        summary.get("best_acc"),
+        summary.get("best_round"),
+        summary.get("last_acc"),
+    )

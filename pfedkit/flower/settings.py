@@ -1,5 +1,6 @@
 """What a Flower run needs beyond the pfedkit config (result folder, timeouts, minimum replies), the app
 folder that `flwr run` takes, and the record names shared by the ServerApp and the ClientApp. No flwr import."""
+
 from __future__ import annotations
 
 import json
@@ -53,9 +54,16 @@ class RunSettings:
         return self.min_clients or self.config.partition.clients
 
     def run_config(self) -> dict[str, Any]:
-        return {"pfedkit-config": dump_toml(self.config.to_dict()), "out": str(self.out), "run-name": self.run_name,
-                "resume": self.resume, "min-replies": self.min_replies, "round-timeout": float(self.round_timeout),
-                "min-clients": self.min_clients, "connect-timeout": float(self.connect_timeout)}
+        return {
+            "pfedkit-config": dump_toml(self.config.to_dict()),
+            "out": str(self.out),
+            "run-name": self.run_name,
+            "resume": self.resume,
+            "min-replies": self.min_replies,
+            "round-timeout": float(self.round_timeout),
+            "min-clients": self.min_clients,
+            "connect-timeout": float(self.connect_timeout),
+        }
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> "RunSettings":
@@ -66,9 +74,12 @@ class RunSettings:
         if "out" not in run_config:
             raise ConfigError("the Flower run config has no `out` (the server's result folder)")
         return cls(
-            config=config_from_run_config(run_config), out=Path(str(run_config["out"])).expanduser(),
-            run_name=str(run_config.get("run-name", "pfedkit")), resume=bool(run_config.get("resume", False)),
-            min_replies=int(run_config.get("min-replies", 1)), round_timeout=float(run_config.get("round-timeout", 600)),
+            config=config_from_run_config(run_config),
+            out=Path(str(run_config["out"])).expanduser(),
+            run_name=str(run_config.get("run-name", "pfedkit")),
+            resume=bool(run_config.get("resume", False)),
+            min_replies=int(run_config.get("min-replies", 1)),
+            round_timeout=float(run_config.get("round-timeout", 600)),
             min_clients=int(run_config.get("min-clients", 0)),
             connect_timeout=float(run_config.get("connect-timeout", 300)),
         )
@@ -87,12 +98,24 @@ def write_app(folder: str | Path, settings: RunSettings) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     lines = [
-        "[build-system]", 'requires = ["hatchling"]', 'build-backend = "hatchling.build"', "",
-        "[project]", 'name = "pfedkit-flower-app"', 'version = "0.1.0"',
-        'description = "A pfedkit method on Flower"', 'license = "Apache-2.0"', 'dependencies = ["pfedkit[flower]"]', "",
-        "[tool.flwr.app]", 'publisher = "pfedkit"', "",
-        "[tool.flwr.app.components]", 'serverapp = "pfedkit.flower.server_app:app"',
-        'clientapp = "pfedkit.flower.client_app:app"', "",
+        "[build-system]",
+        'requires = ["hatchling"]',
+        'build-backend = "hatchling.build"',
+        "",
+        "[project]",
+        'name = "pfedkit-flower-app"',
+        'version = "0.1.0"',
+        'description = "A pfedkit method on Flower"',
+        'license = "Apache-2.0"',
+        'dependencies = ["pfedkit[flower]"]',
+        "",
+        "[tool.flwr.app]",
+        'publisher = "pfedkit"',
+        "",
+        "[tool.flwr.app.components]",
+        'serverapp = "pfedkit.flower.server_app:app"',
+        'clientapp = "pfedkit.flower.client_app:app"',
+        "",
         "[tool.flwr.app.config]",
     ]
     lines += [f'"{k}" = {_toml(v)}' for k, v in settings.run_config().items()]
@@ -103,4 +126,6 @@ def write_app(folder: str | Path, settings: RunSettings) -> Path:
 
 def default_state_root() -> Path:
     """Where a Flower node keeps its clients' state: $PFEDKIT_FLOWER_STATE, else ~/.cache/pfedkit/flower-state."""
-    return Path(os.environ.get("PFEDKIT_FLOWER_STATE") or Path.home() / ".cache" / "pfedkit" / "flower-state").expanduser()
+    return Path(
+        os.environ.get("PFEDKIT_FLOWER_STATE") or Path.home() / ".cache" / "pfedkit" / "flower-state"
+    ).expanduser()

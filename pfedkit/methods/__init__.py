@@ -1,4 +1,5 @@
 """Every method registers itself here by import; `METHODS` maps names to classes."""
+
 from pfedkit.methods import (  # noqa: F401
     apfl,
     ditto,
@@ -27,6 +28,7 @@ from pfedkit.methods import (  # noqa: F401
     pfedme,
     pgfedsplit,
 )
+
 # The public surface for a method of your own (docs/writing-a-method.md): one import.
 from pfedkit.methods.base import (  # noqa: E402
     METHODS,
@@ -46,6 +48,26 @@ from pfedkit.methods.sharing import PartSharing  # noqa: E402
 from pfedkit.models.base import SplitModel  # noqa: E402
 from pfedkit.records import ClientData, State  # noqa: E402
 
-__all__ = ["METHODS", "Apply", "ClientData", "HyperParams", "Joint", "LocalPlan", "Method", "PartSharing", "Phase",
-           "SplitModel", "State", "WeightedMeanFold", "add_prefix", "cross_entropy", "proximal", "register", "searched",
-           "select", "strip_prefix", "variant", "weighted_mean"]
+__all__ = [
+    "METHODS",
+    "Apply",
+    "ClientData",
+    "HyperParams",
+    "Joint",
+    "LocalPlan",
+    "Method",
+    "PartSharing",
+    "Phase",
+    "SplitModel",
+    "State",
+    "WeightedMeanFold",
+    "add_prefix",
+    "cross_entropy",
+    "proximal",
+    "register",
+    "searched",
+    "select",
+    "strip_prefix",
+    "variant",
+    "weighted_mean",
+]

@@ -4,6 +4,7 @@ Per batch, from the same point (w, v, alpha): w takes an SGD step on its own los
 gradient of the loss at the mixture v_bar = alpha * v + (1 - alpha) * w; alpha steps along <v - w, that gradient>,
 projected onto [0, 1]. The client evaluates v_bar. Only w travels.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,9 +20,16 @@ from pfedkit.records import ClientData, State
 
 
 class APFLParams(HyperParams):
-    alpha_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight; our choice within the paper's grid {0.25, 0.5, 0.75} (Sec. 6)",
-        json_schema_extra=searched(0.25, 0.75, source="the APFL paper's grid {0.25, 0.5, 0.75}"))
-    adaptive_alpha: bool = Field(True, description="learn alpha by gradient descent (the paper's adaptive APFL); false keeps alpha_init")
+    alpha_init: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="initial mixing weight; our choice within the paper's grid {0.25, 0.5, 0.75} (Sec. 6)",
+        json_schema_extra=searched(0.25, 0.75, source="the APFL paper's grid {0.25, 0.5, 0.75}"),
+    )
+    adaptive_alpha: bool = Field(
+        True, description="learn alpha by gradient descent (the paper's adaptive APFL); false keeps alpha_init"
+    )
 
 
 def mixture(v: State, w: State, alpha: float) -> State:
@@ -46,7 +54,10 @@ class APFL(PartSharing):
         personal = self.load(client)
         mixed = self.working_model("mixed")
         sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        opt_global, opt_personal = torch.optim.SGD(glob.parameters(), **sgd), torch.optim.SGD(personal.parameters(), **sgd)
+        opt_global, opt_personal = (
+            torch.optim.SGD(glob.parameters(), **sgd),
+            torch.optim.SGD(personal.parameters(), **sgd),
+        )
         for model in (glob, personal, mixed):
             model.train()
         for xb, yb in self.minibatches(data, round, "train"):
@@ -57,8 +68,10 @@ class APFL(PartSharing):
             at_mixture = [p.grad for p in mixed.parameters()]
             if self.params.adaptive_alpha:
                 with torch.no_grad():
-                    slope = sum(float(((pv - pw) * g).sum())
-                                for pv, pw, g in zip(personal.parameters(), glob.parameters(), at_mixture))
+                    slope = sum(
+                        float(((pv - pw) * g).sum())
+                        for pv, pw, g in zip(personal.parameters(), glob.parameters(), at_mixture)
+                    )
             opt_global.zero_grad(set_to_none=True)
             F.cross_entropy(glob(xb), yb).backward()
             opt_global.step()
@@ -72,5 +85,7 @@ class APFL(PartSharing):
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         model: SplitModel = self.working_model("mixed")
-        model.load_state_dict(mixture({k: v for k, v in client.items() if k != "alpha"}, payload, float(client["alpha"])))
+        model.load_state_dict(
+            mixture({k: v for k, v in client.items() if k != "alpha"}, payload, float(client["alpha"]))
+        )
         return model

@@ -1,5 +1,6 @@
 """Training-time image augmentation (`train.augment`), seeded like every other draw: FedPAC's CIFAR code trains on
 RandomCrop(32, padding=4) and RandomHorizontalFlip, so its columns are compared with the same inputs."""
+
 from __future__ import annotations
 
 import torch

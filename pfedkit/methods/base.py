@@ -4,6 +4,7 @@ A method says what the server sends (`broadcast`), what a client does with it an
 how the server combines replies (`aggregate`), and which model is evaluated for a client
 (`personalized_model`). Payloads, replies and states are flat dicts of tensors and plain numbers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,9 +42,11 @@ class HyperParams(BaseModel):
     def step_sizes(cls) -> tuple[str, ...]:
         """The hyper-parameters that are step sizes (named *lr* or *_step, or described as a learning rate or step
         size): what a divergence message suggests lowering beside train.lr."""
+
         def is_step(name: str, info: Any) -> bool:
             text = (info.description or "").lower()
             return "lr" in name or name.endswith("_step") or "learning rate" in text or "step size" in text
+
         return tuple(name for name, info in cls.model_fields.items() if is_step(name, info))
 
     def inert(self) -> frozenset[str]:
@@ -81,7 +84,7 @@ def select(state: Mapping[str, Any], parts: Iterable[str]) -> State:
 
 def strip_prefix(state: Mapping[str, Any], prefix: str) -> State:
     """The entries whose key starts with `prefix`, keyed without it (e.g. a model's head from "head.*" keys)."""
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def add_prefix(state: Mapping[str, Any], prefix: str) -> State:
@@ -121,8 +124,10 @@ class WeightedMeanFold:
         if cid not in self.expected or cid in self.waiting or self.order.index(cid) < self.folded:
             raise PfedkitError(f"reply from client {cid} was not expected (expected once each from {self.order})")
         if float(reply[self.weight]) != self.expected[cid]:
-            raise PfedkitError(f"client {cid}'s reply weighs {reply[self.weight]}, not the {self.expected[cid]} its "
-                               "training split promised; a method weighting replies otherwise must aggregate them itself")
+            raise PfedkitError(
+                f"client {cid}'s reply weighs {reply[self.weight]}, not the {self.expected[cid]} its "
+                "training split promised; a method weighting replies otherwise must aggregate them itself"
+            )
         self.waiting[cid] = reply
         while not self.complete and self.order[self.folded] in self.waiting:
             self._fold(self.waiting.pop(self.order[self.folded]))
@@ -218,8 +223,9 @@ class Method:
         time). A method returning a plan also states `plan_result`, and its `local_update` runs the plan."""
         return None
 
-    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
-                    ) -> tuple[State, State]:
+    def plan_result(
+        self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+    ) -> tuple[State, State]:
         """The reply and the new client state from the plan's trained models (`trained`: model name -> weights) and
         what the plan noted (`plan.notes`)."""
         raise NotImplementedError
@@ -239,16 +245,23 @@ class Method:
         models: dict[str, SplitModel] = {}
         for phase in plan.phases:
             if not isinstance(phase, Phase):
-                raise PfedkitError(f"{self.name}: a plan with joint steps runs in a cohort only; one client at a "
-                                   "time, the method's own local_update runs it")
+                raise PfedkitError(
+                    f"{self.name}: a plan with joint steps runs in a cohort only; one client at a "
+                    "time, the method's own local_update runs it"
+                )
             if phase.model not in models:
                 models[phase.model] = self.load(plan.models[phase.model], slot=phase.model)
             self.run_phase(models[phase.model], phase, data, round)
         return {name: self.state_of(model) for name, model in models.items()}
 
     def run_phase(self, model: SplitModel, phase: Phase, data: ClientData, round: int) -> float:
-        sgd = dict(epochs=phase.epochs, lr=phase.lr, momentum=phase.momentum, weight_decay=phase.weight_decay,
-                   purpose=phase.purpose)
+        sgd = dict(
+            epochs=phase.epochs,
+            lr=phase.lr,
+            momentum=phase.momentum,
+            weight_decay=phase.weight_decay,
+            purpose=phase.purpose,
+        )
         if phase.head_features:
             return self.fit_head(model, data, round, **sgd)
         if phase.head_inputs is not None:
@@ -259,6 +272,7 @@ class Method:
 
         def loss_fn(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return loss(m, dict(m.named_parameters()), x, y, given)
+
         plain = loss is cross_entropy  # fit's own loss: no parameter dict built every step
         return self.fit(model, data, round, parts=phase.parts, loss_fn=None if plain else loss_fn, **sgd)
 
@@ -280,7 +294,9 @@ class Method:
     def working_model(self, slot: str) -> SplitModel:
         """A further reusable model instance, for methods that hold several models at once (global and personal)."""
         if slot not in self._models:  # its random initial weights drawn apart: built lazily, perhaps inside a
-            with seeded_torch(self.ctx.seed, -1, -1, "working-model"):  # seeded block, it must not use that block's draws
+            with seeded_torch(
+                self.ctx.seed, -1, -1, "working-model"
+            ):  # seeded block, it must not use that block's draws
                 self._models[slot] = self.ctx.model_factory()
         return self._models[slot]
 
@@ -360,8 +376,9 @@ class Method:
                 steps += 1
         return float(total) / max(steps, 1)
 
-    def batches(self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None,
-                drop_single: bool = False) -> Iterator[torch.Tensor]:
+    def batches(
+        self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None, drop_single: bool = False
+    ) -> Iterator[torch.Tensor]:
         """Index batches over `epochs` shuffled passes of the client's training set, seeded by (seed, round, client, purpose)."""
         gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
         n, bs = data.num_train, self.ctx.train.batch_size
@@ -373,8 +390,9 @@ class Method:
                     continue
                 yield idx
 
-    def minibatches(self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None,
-                    drop_single: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def minibatches(
+        self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None, drop_single: bool = False
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The training batches of `batches` as (inputs, labels), images augmented as train.augment says (its draws
         seeded apart from the order's, so the order is the same with and without augmentation)."""
         x, y = data.train_x, data.train_y
@@ -383,16 +401,25 @@ class Method:
         for idx in self.batches(data, round, purpose, epochs, drop_single):
             yield (crop_flip(x[idx], gen) if augment else x[idx]), y[idx]
 
-    def fit_head(self, model: SplitModel, data: ClientData, round: int, *, epochs: Optional[int] = None,
-                 purpose: str = "head", **sgd: Any) -> float:
+    def fit_head(
+        self,
+        model: SplitModel,
+        data: ClientData,
+        round: int,
+        *,
+        epochs: Optional[int] = None,
+        purpose: str = "head",
+        **sgd: Any,
+    ) -> float:
         """Train the head alone. With a deterministic body, on features computed once: the same updates
         (up to float rounding) without pushing every batch of every epoch through the frozen body."""
         if not deterministic_body(model) or self.ctx.train.augment != "none":  # augmented inputs: no fixed features
             return self.fit(model, data, round, parts=("head",), epochs=epochs, purpose=purpose, **sgd)
         features = compute_features(model, data.train_x)
         head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
-        return self.fit(head_only, replace(data, train_x=features), round, parts=("head",), epochs=epochs,
-                        purpose=purpose, **sgd)
+        return self.fit(
+            head_only, replace(data, train_x=features), round, parts=("head",), epochs=epochs, purpose=purpose, **sgd
+        )
 
 
 @contextmanager
@@ -448,6 +475,9 @@ def variant(base: type[Method], name: str, summary: str, **defaults: Any) -> typ
         info.default = value
         fields[key] = (info.annotation, info)
     params = create_model(f"{base.Params.__name__}_{name.replace('-', '_')}", __base__=base.Params, **fields)
-    cls = type(f"{base.__name__}_{name.replace('-', '_')}", (base,),
-               {"name": name, "summary": summary, "Params": params, "__module__": base.__module__})
+    cls = type(
+        f"{base.__name__}_{name.replace('-', '_')}",
+        (base,),
+        {"name": name, "summary": summary, "Params": params, "__module__": base.__module__},
+    )
     return register(cls)

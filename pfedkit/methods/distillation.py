@@ -1,5 +1,6 @@
 """Server-side pieces of PerAda and HEART-PFL: the client ensemble as a teacher, KL and symmetric KL to it, and
 PGD adversarial views of the proxy batch (Madry et al.)."""
+
 from __future__ import annotations
 
 from typing import Literal, Sequence
@@ -39,9 +40,19 @@ def symmetric_kl(student_logits: torch.Tensor, teacher_log_probs: torch.Tensor, 
     return forward + (log_ps.exp() * (log_ps - teacher_log_probs)).sum(1).mean()
 
 
-def pgd_attack(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, alpha: float, steps: int,
-               generator: torch.Generator, space: Literal["pixel", "normalized"] = "pixel",
-               mean: float = PIXEL_MEAN, std: float = PIXEL_STD) -> torch.Tensor:
+def pgd_attack(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    eps: float,
+    alpha: float,
+    steps: int,
+    generator: torch.Generator,
+    space: Literal["pixel", "normalized"] = "pixel",
+    mean: float = PIXEL_MEAN,
+    std: float = PIXEL_STD,
+) -> torch.Tensor:
     """L-infinity PGD ascending CE(model(x'), y) from a uniform random start in the eps-ball (Eq. 11); returns
     normalized inputs. `pixel`: the ball and the [0, 1] box live in pixel space (paper, Madry); `normalized`: the
     released code's torchattacks call, which treats normalized tensors as pixels and clamps them to [0, 1].
@@ -64,5 +75,7 @@ def pgd_attack(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> float:
     """Eval-mode accuracy (the server's validation check); the model's mode is restored."""
     with eval_mode(model):
-        correct = sum(int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum()) for i in range(0, len(y), batch))
+        correct = sum(
+            int((model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum()) for i in range(0, len(y), batch)
+        )
     return correct / max(len(y), 1)

@@ -7,6 +7,7 @@ extractor travels. Per batch: (a) the received global extractor learns under the
 theta_i <- mu * theta_i + (1 - mu) * theta_G, then phi_i trains one epoch on the frozen new theta_i.
 Choices the paper leaves open are flags below, each description naming its reading.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,33 +27,66 @@ from pfedkit.records import ClientData, State
 
 
 class FedAFKParams(HyperParams):
-    kt_weight: float = Field(0.3, ge=0, le=1, description="lambda, weight of the feature KL; paper Table 1 and Sec. 5.2 (0 = ablation w/o KT)",
-        json_schema_extra=searched(0.1, 0.7, source="FedAFK Table 1's range"))
-    mu_init: float = Field(0.5, ge=0, le=1, description="initial mixing weight mu_i; paper Table 2",
-        json_schema_extra=searched(0.1, 1.0, source="FedAFK Table 2's range"))
-    adaptive_aggregation: bool = Field(True, description="false = ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)")
-    teacher: Literal["received", "current"] = Field("received", description="KL teacher: the received global extractor (Eq. 5; docs/methods.md 1.5-c) or its concurrently updated copy")
-    mu_gradient: Literal["exact", "apfl"] = Field("exact", description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (docs/methods.md 1.3-c)")
-    mix_buffers: bool = Field(True, description="also mix BatchNorm running statistics with mu; docs/methods.md 1.3 step 3 (recommended)")
+    kt_weight: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="lambda, weight of the feature KL; paper Table 1 and Sec. 5.2 (0 = ablation w/o KT)",
+        json_schema_extra=searched(0.1, 0.7, source="FedAFK Table 1's range"),
+    )
+    mu_init: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="initial mixing weight mu_i; paper Table 2",
+        json_schema_extra=searched(0.1, 1.0, source="FedAFK Table 2's range"),
+    )
+    adaptive_aggregation: bool = Field(
+        True, description="false = ablation w/o AFA: mu fixed at 1, no mixing (paper Table 5)"
+    )
+    teacher: Literal["received", "current"] = Field(
+        "received",
+        description="KL teacher: the received global extractor (Eq. 5; docs/methods.md 1.5-c) or its concurrently updated copy",
+    )
+    mu_gradient: Literal["exact", "apfl"] = Field(
+        "exact",
+        description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (docs/methods.md 1.3-c)",
+    )
+    mix_buffers: bool = Field(
+        True, description="also mix BatchNorm running statistics with mu; docs/methods.md 1.3 step 3 (recommended)"
+    )
     kt_form: Literal["feature-mean", "feature-sum", "logits-personal-head", "logits-random-head"] = Field(
-        "logits-personal-head", description="Eq. 8's KL, a reading the paper leaves open: softmax over the features, "
+        "logits-personal-head",
+        description="Eq. 8's KL, a reading the paper leaves open: softmax over the features, "
         "batch mean (feature-mean, the literal reading) or batch sum (feature-sum); or over the logits of both "
         "extractors' features through the personal head phi_i (logits-personal-head) or the fixed random head phi_rd "
         "(logits-random-head); default logits-personal-head, the one ahead of no KT on each of suite fedafk-kt's 3 "
-        "seeds on CIFAR-10 (docs/REPRODUCTION.md)")
+        "seeds on CIFAR-10 (docs/REPRODUCTION.md)",
+    )
     mu_steps: Literal["batch", "epoch"] = Field(
-        "batch", description="when mu moves (Eq. 6, Alg. 1 lines 9-12, a reading the paper leaves open): a step on every "
-        "batch's gradient, or one step per epoch on the mean of the epoch's batch gradients, before the mixing")
-    mu_clip: bool = Field(True, description="keep mu in [0, 1] after each step (APFL's projection; not in the FedAFK paper)")
-    mu_decay: float = Field(0.0, ge=0, description="added to mu's gradient times mu: PFLlib's APFL uses 0.02 (not in the FedAFK paper)")
+        "batch",
+        description="when mu moves (Eq. 6, Alg. 1 lines 9-12, a reading the paper leaves open): a step on every "
+        "batch's gradient, or one step per epoch on the mean of the epoch's batch gradients, before the mixing",
+    )
+    mu_clip: bool = Field(
+        True, description="keep mu in [0, 1] after each step (APFL's projection; not in the FedAFK paper)"
+    )
+    mu_decay: float = Field(
+        0.0, ge=0, description="added to mu's gradient times mu: PFLlib's APFL uses 0.02 (not in the FedAFK paper)"
+    )
     personal_step: Literal["theta", "mixture"] = Field(
-        "theta", description="the theta_i step of Eq. 5 on theta_i alone, or through the mixture mu*theta_i + "
-        "(1 - mu)*theta_G as the mu step of Eq. 6 and APFL (theta_G held fixed)")
+        "theta",
+        description="the theta_i step of Eq. 5 on theta_i alone, or through the mixture mu*theta_i + "
+        "(1 - mu)*theta_G as the mu step of Eq. 6 and APFL (theta_G held fixed)",
+    )
 
     def inert(self) -> frozenset[str]:
         no_kt = {"kt_form", "teacher"} if self.kt_weight == 0 else set()
-        no_mixing = ({"mu_init", "mu_gradient", "mix_buffers", "personal_step", "mu_steps", "mu_clip", "mu_decay"}
-                     if not self.adaptive_aggregation else set())
+        no_mixing = (
+            {"mu_init", "mu_gradient", "mix_buffers", "personal_step", "mu_steps", "mu_clip", "mu_decay"}
+            if not self.adaptive_aggregation
+            else set()
+        )
         return frozenset(no_kt | no_mixing)
 
 
@@ -93,9 +127,14 @@ class FedAFK(PartSharing):
         mu = self.params.mu_init if self.params.adaptive_aggregation else 1.0
         return {**self.initial_state(), "mu": mu}
 
-
-    def personal_loss(self, heads: tuple[Head, Head], features: torch.Tensor, y: torch.Tensor,
-                      teacher: torch.Tensor | None, vmapped: bool = False) -> torch.Tensor:
+    def personal_loss(
+        self,
+        heads: tuple[Head, Head],
+        features: torch.Tensor,
+        y: torch.Tensor,
+        teacher: torch.Tensor | None,
+        vmapped: bool = False,
+    ) -> torch.Tensor:
         """(1 - lambda) * CE + lambda * KT (Eq. 8), the KT term in the reading kt_form names; `heads`: the personal
         head phi_i and the fixed random head phi_rd."""
         lam, form = self.params.kt_weight, self.params.kt_form
@@ -114,8 +153,10 @@ class FedAFK(PartSharing):
         """theta_i's features for its own step: theta_i alone, or the mixture with theta_G held fixed."""
         if self.params.personal_step == "theta" or not self.params.adaptive_aggregation:
             return personal.body(x)
-        mixed = {n: mu * pi + (1 - mu) * pg.detach()
-                 for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())}
+        mixed = {
+            n: mu * pi + (1 - mu) * pg.detach()
+            for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())
+        }
         return functional_call(personal.body, {**mixed, **dict(personal.body.named_buffers())}, (x,))
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
@@ -141,8 +182,9 @@ class FedAFK(PartSharing):
                     opt_global.step()
                     # (b) the personal extractor: CE with frozen phi_i plus feature KL to the teacher (Eq. 5)
                     teacher = teacher_features(snapshot, xb) if p.kt_weight > 0 else None
-                    total = self.personal_loss((personal.head, glob.head), self.personal_features(personal, glob, mu, xb),
-                                               yb, teacher)
+                    total = self.personal_loss(
+                        (personal.head, glob.head), self.personal_features(personal, glob, mu, xb), yb, teacher
+                    )
                     opt_personal.zero_grad(set_to_none=True)
                     total.backward()
                     opt_personal.step()
@@ -168,16 +210,27 @@ class FedAFK(PartSharing):
         value = mu - self.ctx.train.lr * (grad + p.mu_decay * mu if p.mu_decay else grad)
         return clip_unit(value, mu) if p.mu_clip else value
 
-    def mu_grad(self, personal: SplitModel, glob: SplitModel, mu: float, x: torch.Tensor, y: torch.Tensor,
-                teacher: torch.Tensor | None) -> float:
+    def mu_grad(
+        self,
+        personal: SplitModel,
+        glob: SplitModel,
+        mu: float,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        teacher: torch.Tensor | None,
+    ) -> float:
         if self.params.mu_gradient == "apfl":
             # PFLlib's APFL approximation: <theta_i - theta_G, mu * grad_i + (1 - mu) * grad_G>, with this batch's grads.
             with torch.no_grad():
-                return sum(float(((pi - pg) * (mu * pi.grad + (1 - mu) * pg.grad)).sum())
-                           for pi, pg in zip(personal.body.parameters(), glob.body.parameters()))
+                return sum(
+                    float(((pi - pg) * (mu * pi.grad + (1 - mu) * pg.grad)).sum())
+                    for pi, pg in zip(personal.body.parameters(), glob.body.parameters())
+                )
         mu_t = torch.tensor(mu, requires_grad=True)
-        mixed = {n: mu_t * pi.detach() + (1 - mu_t) * pg.detach()
-                 for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())}
+        mixed = {
+            n: mu_t * pi.detach() + (1 - mu_t) * pg.detach()
+            for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())
+        }
         buffers = {n: b.clone() for n, b in personal.body.named_buffers()}  # BatchNorm may update them in place
         features = functional_call(personal.body, {**mixed, **buffers}, (x,))
         (grad,) = torch.autograd.grad(self.personal_loss((personal.head, glob.head), features, y, teacher), mu_t)
@@ -207,13 +260,18 @@ class FedAFK(PartSharing):
         glob = self.model_weights(payload, self.random_head())
         values = {"mu": torch.tensor(float(client["mu"]), dtype=torch.float64)}  # a Python float there
         if p.mu_steps == "epoch":  # the epoch's gradient sum and batch count, for one step at its end
-            values.update(mu_grad_sum=torch.tensor(0.0, dtype=torch.float64), mu_batches=torch.tensor(0.0, dtype=torch.float64))
+            values.update(
+                mu_grad_sum=torch.tensor(0.0, dtype=torch.float64), mu_batches=torch.tensor(0.0, dtype=torch.float64)
+            )
         models = {"main": self.model_weights(client), "global": glob, "values": values}
         if p.teacher == "received":
             models["teacher"] = dict(glob)
         if cfg.momentum:  # one optimizer per extractor for all epochs, as local_update's
-            models["momenta"] = {f"{model}/{k}": torch.zeros_like(models[model][k])
-                                 for model in ("global", "main") for k in self.body_parameters()}
+            models["momenta"] = {
+                f"{model}/{k}": torch.zeros_like(models[model][k])
+                for model in ("global", "main")
+                for k in self.body_parameters()
+            }
         stages: list = []
         for epoch in range(cfg.local_epochs):
             stages.append(Joint(self.cohort_step, purpose=f"train-{epoch}"))
@@ -222,8 +280,9 @@ class FedAFK(PartSharing):
             stages.append(Phase(parts=("head",), epochs=1, purpose=f"head-{epoch}", head_features=True))
         return LocalPlan(models, stages, results=("main", "global", "values"))
 
-    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
-                    ) -> tuple[State, State]:
+    def plan_result(
+        self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+    ) -> tuple[State, State]:
         reply = {**select(trained["global"], ("body",)), "num_samples": data.num_train}
         return reply, {**trained["main"], "mu": float(trained["values"]["mu"])}
 
@@ -242,8 +301,12 @@ class FedAFK(PartSharing):
 
         def step(model: dict, grads: dict, name: str) -> None:
             with torch.no_grad():
-                sgd_step([model[k] for k in body], [grads[k] for k in body],
-                         [momenta[f"{name}/{k}"] for k in body] if momenta else None, *sgd)
+                sgd_step(
+                    [model[k] for k in body],
+                    [grads[k] for k in body],
+                    [momenta[f"{name}/{k}"] for k in body] if momenta else None,
+                    *sgd,
+                )
 
         def rest(model: dict) -> dict:
             return {k: v for k, v in model.items() if k not in body}
@@ -264,8 +327,16 @@ class FedAFK(PartSharing):
         mixes = p.personal_step == "mixture" and p.adaptive_aggregation
         glob_body = {k: g[k].detach() for k in body}
 
-        def personal_loss(trained: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor, teacher_c: Any,
-                          mu_c: torch.Tensor, glob_c: dict, glob_head: dict) -> torch.Tensor:
+        def personal_loss(
+            trained: dict,
+            fixed: dict,
+            xb: torch.Tensor,
+            yb: torch.Tensor,
+            teacher_c: Any,
+            mu_c: torch.Tensor,
+            glob_c: dict,
+            glob_head: dict,
+        ) -> torch.Tensor:
             net = FunctionalNet(own_t, {**trained, **fixed})
             if mixes:
                 m = mu_c.to(xb.dtype)
@@ -274,22 +345,40 @@ class FedAFK(PartSharing):
             else:
                 features = net.body(xb)
             random_head = FunctionalNet(glob_t, glob_head).head
-            return self.personal_loss((net.head, random_head), features, yb, teacher_c if taught else None, vmapped=True)
+            return self.personal_loss(
+                (net.head, random_head), features, yb, teacher_c if taught else None, vmapped=True
+            )
 
         glob_head = {k: v for k, v in g.items() if k.startswith("head.")}
-        step(w, batched_grads(personal_loss, {k: w[k] for k in body}, rest(w), x, y, teacher, mu, glob_body,
-                              glob_head), "main")
+        step(
+            w,
+            batched_grads(personal_loss, {k: w[k] for k in body}, rest(w), x, y, teacher, mu, glob_body, glob_head),
+            "main",
+        )
         # (c) mu by the gradient through the mixed extractor, kept in [0, 1]
         if not p.adaptive_aggregation:
             return
 
-        def mu_loss(trained: dict, theta: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor, teacher_c: Any,
-                    glob_c: dict, glob_head_c: dict) -> torch.Tensor:
+        def mu_loss(
+            trained: dict,
+            theta: dict,
+            fixed: dict,
+            xb: torch.Tensor,
+            yb: torch.Tensor,
+            teacher_c: Any,
+            glob_c: dict,
+            glob_head_c: dict,
+        ) -> torch.Tensor:
             m = trained["mu"].to(xb.dtype)
             mixed = {k: m * theta[k] + (1 - m) * glob_c[k] for k in body}
             net = FunctionalNet(own_t, {**mixed, **fixed})
-            return self.personal_loss((net.head, FunctionalNet(glob_t, glob_head_c).head), net.body(xb), yb,
-                                      teacher_c if taught else None, vmapped=True)
+            return self.personal_loss(
+                (net.head, FunctionalNet(glob_t, glob_head_c).head),
+                net.body(xb),
+                yb,
+                teacher_c if taught else None,
+                vmapped=True,
+            )
 
         theta = {k: w[k].detach() for k in body}
         fixed = {k: v.clone() if k.startswith("body.") else v for k, v in rest(w).items()}  # BatchNorm: a copy
@@ -317,8 +406,11 @@ class FedAFK(PartSharing):
             self.cohort_next_mu(stepped, values["mu_grad_sum"] / values["mu_batches"].clamp(min=1))
             mu.copy_(torch.where(values["mu_batches"] > 0, stepped, mu))
             values["mu_grad_sum"].zero_(), values["mu_batches"].zero_()
-        buffers = [k for k, v in self.model.state_dict().items() if k.startswith("body.") and torch.is_floating_point(v)
-                   and k not in dict(self.model.named_parameters())]
+        buffers = [
+            k
+            for k, v in self.model.state_dict().items()
+            if k.startswith("body.") and torch.is_floating_point(v) and k not in dict(self.model.named_parameters())
+        ]
         for k in self.body_parameters() + (buffers if self.params.mix_buffers else []):
             own, glob = stacks["main"][k], stacks["global"][k]
             m = mu.view(-1, *([1] * (own.dim() - 1))).to(own.dtype)
@@ -328,5 +420,10 @@ class FedAFK(PartSharing):
 # The paper's ablations (Table 5) as named presets of the same flags, so a comparison can list them as rows.
 variant(FedAFK, "fedafk-no-afa", "FedAFK without adaptive feature aggregation (Table 5)", adaptive_aggregation=False)
 variant(FedAFK, "fedafk-no-kt", "FedAFK without knowledge transfer (Table 5)", kt_weight=0.0)
-variant(FedAFK, "fedafk-no-both", "FedAFK without both: a standalone personal model (Table 5)", kt_weight=0.0,
-        adaptive_aggregation=False)
+variant(
+    FedAFK,
+    "fedafk-no-both",
+    "FedAFK without both: a standalone personal model (Table 5)",
+    kt_weight=0.0,
+    adaptive_aggregation=False,
+)

@@ -5,6 +5,7 @@ A client starts each round from its lower layers replaced by the global ones and
 [0, 1] learned by SGD on a random share of its training data (to convergence in the first round with a global
 model, one pass afterwards). W stays with its client. Then ordinary local training; the server averages models.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -24,10 +25,20 @@ WEIGHT = "ala_weight."
 
 
 class FedALAParams(HyperParams):
-    eta: float = Field(1.0, gt=0, description="learning rate of the aggregation weights W; FedALA code (run_me.sh -et 1)")
-    ala_layers: int = Field(2, ge=1, description="parameter tensors, from the top, mixed element-wise (layer_idx); FedALA code (-li 2: the head)")
-    sample_percent: float = Field(80.0, gt=0, le=100, description="share of local training data W learns on (rand_percent); FedALA code (-rp 80)")
-    threshold: float = Field(0.1, gt=0, description="first-phase stop: std of the last `window` losses below this; FedALA code")
+    eta: float = Field(
+        1.0, gt=0, description="learning rate of the aggregation weights W; FedALA code (run_me.sh -et 1)"
+    )
+    ala_layers: int = Field(
+        2,
+        ge=1,
+        description="parameter tensors, from the top, mixed element-wise (layer_idx); FedALA code (-li 2: the head)",
+    )
+    sample_percent: float = Field(
+        80.0, gt=0, le=100, description="share of local training data W learns on (rand_percent); FedALA code (-rp 80)"
+    )
+    threshold: float = Field(
+        0.1, gt=0, description="first-phase stop: std of the last `window` losses below this; FedALA code"
+    )
     window: int = Field(10, ge=2, description="losses the first-phase stop looks at; FedALA code (num_pre_loss)")
     max_first_epochs: int = Field(100, ge=1, description="cap on first-phase passes, so it always ends; our choice")
 
@@ -35,7 +46,9 @@ class FedALAParams(HyperParams):
 @register
 class FedALA(PartSharing):
     name = "fedala"
-    summary = "global lower layers; higher layers mixed element-wise with learned per-client weights; then local training"
+    summary = (
+        "global lower layers; higher layers mixed element-wise with learned per-client weights; then local training"
+    )
     Params = FedALAParams
     shared = ("body", "head")
 
@@ -45,7 +58,7 @@ class FedALA(PartSharing):
         return {**self.initial_state(), **weights, "first_phase": 1}
 
     def higher_names(self) -> list[str]:
-        return [n for n, _ in self.model.named_parameters()][-self.params.ala_layers:]
+        return [n for n, _ in self.model.named_parameters()][-self.params.ala_layers :]
 
     def adapt(self, payload: State, client: State, data: ClientData, round: int) -> tuple[SplitModel, State]:
         """The adaptively aggregated start model, and the client's new W and phase."""
@@ -77,7 +90,11 @@ class FedALA(PartSharing):
                     weights[n] = (weights[n] - self.params.eta * g * gaps[n]).clamp_(0, 1)
                 mix()
             losses.append(loss.item())
-            if first and len(losses) > self.params.window and statistics.pstdev(losses[-self.params.window:]) < self.params.threshold:
+            if (
+                first
+                and len(losses) > self.params.window
+                and statistics.pstdev(losses[-self.params.window :]) < self.params.threshold
+            ):
                 break
         return model, {**{WEIGHT + n: w for n, w in weights.items()}, "first_phase": 0}
 

@@ -7,6 +7,7 @@ Client: its own model w_i trained on CE + lamda / (2 alpha_k) * ||w_i - u_i||^2,
 (PFLlib builds it from detached tensors, so there it does nothing). w_i is the model evaluated; only w_i travels up
 and only u_i travels down.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -24,8 +25,16 @@ CLOUD = "cloud.{cid}."  # server-side store of each client's personalized cloud 
 
 
 class FedAMPParams(HyperParams):
-    alpha_k: float = Field(1.0, gt=0, description="alpha_k, the server's step on the attention term: scales xi_ij and the proximal weight; PFLlib default (alphaK 1)")
-    lamda: float = Field(1.0, gt=0, description="lambda of the client's proximal term lambda / (2 alpha_k) ||w - u||^2; PFLlib default (1)")
+    alpha_k: float = Field(
+        1.0,
+        gt=0,
+        description="alpha_k, the server's step on the attention term: scales xi_ij and the proximal weight; PFLlib default (alphaK 1)",
+    )
+    lamda: float = Field(
+        1.0,
+        gt=0,
+        description="lambda of the client's proximal term lambda / (2 alpha_k) ||w - u||^2; PFLlib default (1)",
+    )
     sigma: float = Field(1.0, gt=0, description="sigma of A(x) = 1 - exp(-x / sigma); PFLlib default (1)")
 
 
@@ -64,7 +73,9 @@ class FedAMP(Method):
         prefix = CLOUD.format(cid=cid)
         if any(k.startswith(prefix) for k in server):
             return {n: server[prefix + n] for n in self.param_names()}
-        return {n: self.initial_state()[n] for n in self.param_names()}  # no upload yet: u_i = the initial model (PFLlib)
+        return {
+            n: self.initial_state()[n] for n in self.param_names()
+        }  # no upload yet: u_i = the initial model (PFLlib)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         model = self.load(client)  # starts from w_i, not from u_i (PFLlib; the proximal problem is the same)

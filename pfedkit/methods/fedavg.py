@@ -1,4 +1,5 @@
 """FedAvg (McMahan et al., 2017) and FedAvg-FT: the global model, fine-tuned locally before evaluation."""
+
 from pydantic import Field
 from torch import nn
 
@@ -14,7 +15,11 @@ class FedAvg(PartSharing):
 
 
 class FineTuneParams(HyperParams):
-    ft_epochs: int = Field(1, ge=1, description="local fine-tuning epochs before evaluation; our choice (PGFedSplit uses 25 after the last round)")
+    ft_epochs: int = Field(
+        1,
+        ge=1,
+        description="local fine-tuning epochs before evaluation; our choice (PGFedSplit uses 25 after the last round)",
+    )
 
 
 @register

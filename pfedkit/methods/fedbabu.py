@@ -1,4 +1,5 @@
 """FedBABU (Oh et al., 2022): train only the body under a frozen random head shared by all; fine-tune to personalize."""
+
 from typing import Literal
 
 from pydantic import Field
@@ -11,8 +12,12 @@ from pfedkit.records import ClientData, State
 
 
 class FedBABUParams(HyperParams):
-    ft_epochs: int = Field(5, ge=1, description="fine-tuning epochs before evaluation; our choice (the paper studies 1 to 20)")
-    ft_parts: Literal["all", "head"] = Field("all", description="what fine-tuning updates; FedBABU fine-tunes the whole model")
+    ft_epochs: int = Field(
+        5, ge=1, description="fine-tuning epochs before evaluation; our choice (the paper studies 1 to 20)"
+    )
+    ft_parts: Literal["all", "head"] = Field(
+        "all", description="what fine-tuning updates; FedBABU fine-tunes the whole model"
+    )
 
 
 @register
@@ -28,8 +33,9 @@ class FedBABU(PartSharing):
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         return LocalPlan({"main": self.model_weights(payload, self.random_head())}, [Phase(parts=("body",))])
 
-    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
-                    ) -> tuple[State, State]:
+    def plan_result(
+        self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+    ) -> tuple[State, State]:
         return {**select(trained["main"], ("body",)), "num_samples": data.num_train}, {}
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
@@ -39,4 +45,3 @@ class FedBABU(PartSharing):
         else:
             self.fit(model, data, round, epochs=self.params.ft_epochs, purpose="finetune")
         return model
-

@@ -7,6 +7,7 @@ keeps the positive ones, normalized, and moves to theta_i + sum_n w_n (theta_n -
 is positive); then trains on the rest of its training data. It replies its model and the w_n; the server adds the
 w_n to a_i. The client's model is evaluated.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -26,11 +27,30 @@ SENT = "fomo.{slot}."  # the downloaded models in a payload
 
 
 class FedFomoParams(HyperParams):
-    num_models: int = Field(5, ge=1, description="M, models each client downloads; our choice, PFLlib's default (the official config uses 8)")
-    epsilon: float = Field(0.3, ge=0, le=1, description="initial exploration probability of the epsilon-greedy download; official code (0.3)")
-    epsilon_decay: float = Field(0.05, ge=0, description="epsilon decreases by this much per round; official code (0.05)")
-    val_share: float = Field(0.2, gt=0, lt=1, description="share of local training data held out to score models; our choice, PFLlib's val_ratio (0.2)")
-    distance: Literal["l2", "l1"] = Field("l2", description="norm of theta_n - theta_i in the weight; the paper's ||.|| read as L2 (the official code defaults to L1)")
+    num_models: int = Field(
+        5,
+        ge=1,
+        description="M, models each client downloads; our choice, PFLlib's default (the official config uses 8)",
+    )
+    epsilon: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="initial exploration probability of the epsilon-greedy download; official code (0.3)",
+    )
+    epsilon_decay: float = Field(
+        0.05, ge=0, description="epsilon decreases by this much per round; official code (0.05)"
+    )
+    val_share: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="share of local training data held out to score models; our choice, PFLlib's val_ratio (0.2)",
+    )
+    distance: Literal["l2", "l1"] = Field(
+        "l2",
+        description="norm of theta_n - theta_i in the weight; the paper's ||.|| read as L2 (the official code defaults to L1)",
+    )
 
 
 def grown(matrix: torch.Tensor, size: int) -> torch.Tensor:
@@ -45,7 +65,9 @@ def grown(matrix: torch.Tensor, size: int) -> torch.Tensor:
 @register
 class FedFomo(Method):
     name = "fedfomo"
-    summary = "each client downloads M models and moves toward those that lower its validation loss, per parameter distance"
+    summary = (
+        "each client downloads M models and moves toward those that lower its validation loss, per parameter distance"
+    )
     Params = FedFomoParams
 
     def init_server(self) -> State:
@@ -85,7 +107,11 @@ class FedFomo(Method):
         order = torch.randperm(data.num_train, generator=torch_generator(self.ctx.seed, -1, data.cid, "fomo-val"))
         n_val = max(1, int(round(data.num_train * self.params.val_share))) if data.num_train > 1 else 0
         val, train = order[:n_val], order[n_val:]
-        return replace(data, train_x=data.train_x[train], train_y=data.train_y[train]), data.train_x[val], data.train_y[val]
+        return (
+            replace(data, train_x=data.train_x[train], train_y=data.train_y[train]),
+            data.train_x[val],
+            data.train_y[val],
+        )
 
     @torch.no_grad()
     def val_loss(self, state: State, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -114,15 +140,21 @@ class FedFomo(Method):
         if float(positive.sum()) <= 0:
             return dict(own)
         share = positive / positive.sum()
-        return {k: v + sum(float(s) * (m[k] - v) for s, m in zip(share, downloaded)) if torch.is_floating_point(v) else v
-                for k, v in own.items()}
+        return {
+            k: v + sum(float(s) * (m[k] - v) for s, m in zip(share, downloaded)) if torch.is_floating_point(v) else v
+            for k, v in own.items()
+        }
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         train, val_x, val_y = self.split(data)
         ids = payload["fomo_ids"].tolist()
         own = {k: client[k] for k in self.initial_state()}
         downloaded = [{k: payload[SENT.format(slot=s) + k] for k in own} for s in range(len(ids))]
-        weights = self.fomo_weights(own, downloaded, val_x, val_y) if ids and len(val_y) else torch.zeros(len(ids), dtype=torch.float64)
+        weights = (
+            self.fomo_weights(own, downloaded, val_x, val_y)
+            if ids and len(val_y)
+            else torch.zeros(len(ids), dtype=torch.float64)
+        )
         model = self.load(self.federate(own, downloaded, weights))
         self.fit(model, train, round)
         state = self.state_of(model)

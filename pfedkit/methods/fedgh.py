@@ -4,6 +4,7 @@ Each round the server's head replaces every client's head; a client trains its w
 with CE and uploads the class means of its features; the server trains the global head on (class mean, class)
 pairs with cross-entropy. A client predicts with its own body and the global head.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -20,7 +21,9 @@ from pfedkit.seeding import torch_generator
 
 
 class FedGHParams(HyperParams):
-    server_lr: Optional[float] = Field(None, gt=0, description="server SGD lr for the global head; default train.lr (our choice)")
+    server_lr: Optional[float] = Field(
+        None, gt=0, description="server SGD lr for the global head; default train.lr (our choice)"
+    )
     server_epochs: int = Field(1, ge=1, description="passes over the uploaded class means per round; PFLlib trains one")
 
 
@@ -42,14 +45,20 @@ class FedGH(Method):
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         model = self.load(client, payload)
         self.fit(model, data, round)
-        reply = {**local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes), "num_samples": data.num_train}
+        reply = {
+            **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
+            "num_samples": data.num_train,
+        }
         return reply, self.state_of(model, ("body",))  # the trained head is replaced by the global one next round
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         if not replies:
             return server
-        pairs = [(r["protos"][k], k) for r in (replies[c] for c in sorted(replies))
-                 for k in (r["proto_counts"] > 0).nonzero().flatten().tolist()]
+        pairs = [
+            (r["protos"][k], k)
+            for r in (replies[c] for c in sorted(replies))
+            for k in (r["proto_counts"] > 0).nonzero().flatten().tolist()
+        ]
         features = torch.stack([f for f, _ in pairs])
         labels = torch.tensor([k for _, k in pairs])
         head = self.working_model("server-head").head

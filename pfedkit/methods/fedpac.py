@@ -11,6 +11,7 @@ The combined head (of this round's trained heads) is client i's next head.
 `fedpac-proto` is the reproduction report's variant: alpha_ij = softmax_j(-f_ij), f_ij the mean cross-entropy
 of client j's class prototypes through client i's head (the report's Eq. 12-13).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -39,19 +40,35 @@ HEAD_KEY = "combined_head.{cid}."  # server-side store of each client's combined
 
 
 class FedPACParams(HyperParams):
-    align_weight: float = Field(1.0, ge=0, description="lambda, weight of the feature-alignment MSE; paper Sec. 5 and code (1.0)")
+    align_weight: float = Field(
+        1.0, ge=0, description="lambda, weight of the feature-alignment MSE; paper Sec. 5 and code (1.0)"
+    )
     head_epochs: int = Field(1, ge=1, description="head epochs before the body epochs; paper Alg. 1 and code (1)")
     head_lr: float = Field(0.1, gt=0, description="head learning rate; official code (0.1); body lr is train.lr")
-    collaboration: Literal["qp", "proto-softmax"] = Field("qp", description="head weights: FedPAC's QP, or the report's prototype-loss softmax")
-    min_weight: float = Field(1e-3, ge=0, description="QP weights below this are zeroed, the rest renormalized; official code")
-    eig_floor: float = Field(0.01, ge=0, description="PSD repair: keep only eigenpairs at or above this when the QP matrix is not PSD; official code")
+    collaboration: Literal["qp", "proto-softmax"] = Field(
+        "qp", description="head weights: FedPAC's QP, or the report's prototype-loss softmax"
+    )
+    min_weight: float = Field(
+        1e-3, ge=0, description="QP weights below this are zeroed, the rest renormalized; official code"
+    )
+    eig_floor: float = Field(
+        0.01,
+        ge=0,
+        description="PSD repair: keep only eigenpairs at or above this when the QP matrix is not PSD; official code",
+    )
     proto_direction: Literal["others-through-own", "own-through-others"] = Field(
-        "others-through-own", description="proto-softmax: client j's prototypes through i's head (report's text) or the transposed reading")
+        "others-through-own",
+        description="proto-softmax: client j's prototypes through i's head (report's text) or the transposed reading",
+    )
     proto_class_weights: Literal["uniform", "label"] = Field(
-        "uniform", description="proto-softmax: classes weighted equally (report's Eq. 12) or by the prototype owner's label shares")
+        "uniform",
+        description="proto-softmax: classes weighted equally (report's Eq. 12) or by the prototype owner's label shares",
+    )
 
 
-def feature_statistics(features: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def feature_statistics(
+    features: torch.Tensor, labels: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(V_i, h_i) of FedPAC Sec. 4.2: h_ik = p_ik * mu_ik, and V_i the trace-covariance of the features given the
     label, divided by n_i (docs/methods.md 4.1 step 2)."""
     n = labels.shape[0]
@@ -79,10 +96,15 @@ def simplex_qp(matrix: np.ndarray, min_weight: float = 0.0) -> Optional[np.ndarr
     """
     m = matrix.shape[0]
     q = (matrix + matrix.T) / 2
-    result = minimize(lambda a: a @ q @ a, np.full(m, 1.0 / m), jac=lambda a: 2 * q @ a, method="SLSQP",
-                      bounds=[(0.0, 1.0)] * m,
-                      constraints=[{"type": "eq", "fun": lambda a: a.sum() - 1.0, "jac": lambda a: np.ones(m)}],
-                      options={"ftol": 1e-12, "maxiter": 500})
+    result = minimize(
+        lambda a: a @ q @ a,
+        np.full(m, 1.0 / m),
+        jac=lambda a: 2 * q @ a,
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * m,
+        constraints=[{"type": "eq", "fun": lambda a: a.sum() - 1.0, "jac": lambda a: np.ones(m)}],
+        options={"ftol": 1e-12, "maxiter": 500},
+    )
     if not result.success or not np.all(np.isfinite(result.x)):
         return None
     weights = np.clip(result.x, 0.0, None)
@@ -93,10 +115,17 @@ def simplex_qp(matrix: np.ndarray, min_weight: float = 0.0) -> Optional[np.ndarr
 @lru_cache(maxsize=None)  # one loss per weight: clients share a cohort phase
 def aligned(weight: float) -> PhaseLoss:
     """CE + weight * MSE of the features to their class's target centroid (FedPAC Eq. 7), where one is available."""
-    def loss(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-             given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+
+    def loss(
+        net: Net,
+        params: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        given: Mapping[str, torch.Tensor],
+    ) -> torch.Tensor:
         z = net.body(x)
         return F.cross_entropy(net.head(z), y) + weight * prototype_mse(z, y, given["targets"], given["available"])
+
     return loss
 
 
@@ -113,8 +142,10 @@ class FedPAC(Method):
     server_only = (HEAD_KEY.split("{")[0],)  # each client's combined head: sent to that client only, as its head
 
     def init_server(self) -> State:
-        return {**select(self.initial_state(), ("body",)),
-                **empty_prototypes(self.ctx.num_classes, self.model.feature_dim)}
+        return {
+            **select(self.initial_state(), ("body",)),
+            **empty_prototypes(self.ctx.num_classes, self.model.feature_dim),
+        }
 
     def init_client(self, cid: int, data: ClientData) -> State:
         return select(self.initial_state(), ("head",))
@@ -122,8 +153,12 @@ class FedPAC(Method):
     def broadcast(self, server: State, round: int, cid: int) -> State:
         prefix = HEAD_KEY.format(cid=cid)
         own_head = add_prefix(strip_prefix(server, prefix), "head.")
-        return {**select(server, ("body",)), "protos": server["protos"], "proto_counts": server["proto_counts"],
-                **own_head}
+        return {
+            **select(server, ("body",)),
+            "protos": server["protos"],
+            "proto_counts": server["proto_counts"],
+            **own_head,
+        }
 
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         p, C = self.params, self.ctx.num_classes
@@ -136,17 +171,27 @@ class FedPAC(Method):
         has_global = payload["proto_counts"] > 0
         if bool(has_global.any()) and p.align_weight > 0:  # no centroids yet in the first round: CE only
             targets = torch.where(has_global.unsqueeze(1), payload["protos"], local_means)
-            body = replace(body, loss=aligned(p.align_weight),
-                           given={"targets": targets, "available": has_global | (local_counts > 0)})
-        return LocalPlan({"main": self.state_of(model)}, [head, body],
-                         notes={"feature_var": variance, "label_means": label_means})
+            body = replace(
+                body,
+                loss=aligned(p.align_weight),
+                given={"targets": targets, "available": has_global | (local_counts > 0)},
+            )
+        return LocalPlan(
+            {"main": self.state_of(model)}, [head, body], notes={"feature_var": variance, "label_means": label_means}
+        )
 
-    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
-                    ) -> tuple[State, State]:
+    def plan_result(
+        self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+    ) -> tuple[State, State]:
         model = self.load(trained["main"])
         protos, counts = class_means(eval_features(model, data.train_x), data.train_y, self.ctx.num_classes)  # Eq. 8
-        reply = {**trained["main"], "protos": protos, "proto_counts": counts, **plan.notes,
-                 "num_samples": data.num_train}
+        reply = {
+            **trained["main"],
+            "protos": protos,
+            "proto_counts": counts,
+            **plan.notes,
+            "num_samples": data.num_train,
+        }
         return reply, select(trained["main"], ("head",))
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
@@ -210,5 +255,9 @@ class FedPAC(Method):
 
 
 # The reproduction report's variant ("Modify"): the same method with the other head-combination rule.
-variant(FedPAC, "fedpac-proto", "FedPAC with head weights from a softmax of prototype losses (the reproduction report's "
-        "variant)", collaboration="proto-softmax")
+variant(
+    FedPAC,
+    "fedpac-proto",
+    "FedPAC with head weights from a softmax of prototype losses (the reproduction report's variant)",
+    collaboration="proto-softmax",
+)

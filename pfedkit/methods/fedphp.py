@@ -6,6 +6,7 @@ After training, the HPM inherits the trained model by a moving average, hpm <- m
 mu = mu_max * k / K (capped at mu_max) for the client's k-th previous participation out of K expected ones: the first
 participation copies the local model, later ones keep more history. The HPM is evaluated and never travels.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,11 +24,23 @@ COUNT = "participations"
 
 class FedPHPParams(HyperParams):
     expected_participations: int = Field(
-        ..., ge=1, description="K of the mu schedule: rounds a client is expected to train; not given in a config: "
-                               "round(join_ratio x rounds) of the run, as the authors' code")
-    transfer_weight: float = Field(0.05, ge=0, lt=1, description="lambda, weight of the MMD transfer (CE gets 1 - lambda); authors' code grid {0.05, 0.1} for MMD, our choice 0.05 (PFLlib's default 1 zeroes the CE)")
-    mu_max: float = Field(0.9, ge=0, le=1, description="cap and slope of the HPM moving average mu; authors' code (0.9)")
-    kernels: int = Field(5, ge=1, description="RBF kernels of the MMD (bandwidths spaced by kernel_mul); authors' code (5)")
+        ...,
+        ge=1,
+        description="K of the mu schedule: rounds a client is expected to train; not given in a config: "
+        "round(join_ratio x rounds) of the run, as the authors' code",
+    )
+    transfer_weight: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="lambda, weight of the MMD transfer (CE gets 1 - lambda); authors' code grid {0.05, 0.1} for MMD, our choice 0.05 (PFLlib's default 1 zeroes the CE)",
+    )
+    mu_max: float = Field(
+        0.9, ge=0, le=1, description="cap and slope of the HPM moving average mu; authors' code (0.9)"
+    )
+    kernels: int = Field(
+        5, ge=1, description="RBF kernels of the MMD (bandwidths spaced by kernel_mul); authors' code (5)"
+    )
     kernel_mul: float = Field(2.0, gt=1, description="ratio between successive MMD bandwidths; authors' code (2)")
 
     @classmethod
@@ -43,7 +56,7 @@ def mmd(source: torch.Tensor, target: torch.Tensor, kernels: int = 5, kernel_mul
     n = pooled.shape[0]
     bandwidth = (squared.detach().sum() / (n * n - n)).clamp_min(torch.finfo(pooled.dtype).eps)
     bandwidth = bandwidth / kernel_mul ** (kernels // 2)
-    gram = sum(torch.exp(-squared / (bandwidth * kernel_mul ** i)) for i in range(kernels))
+    gram = sum(torch.exp(-squared / (bandwidth * kernel_mul**i)) for i in range(kernels))
     m = source.shape[0]
     return (gram[:m, :m] + gram[m:, m:] - gram[:m, m:] - gram[m:, :m]).mean()
 
@@ -72,7 +85,9 @@ class FedPHP(PartSharing):
             z = m.body(x)
             with torch.no_grad():
                 teacher = hpm.body(x)
-            return (1 - p.transfer_weight) * F.cross_entropy(m.head(z), y) + p.transfer_weight * mmd(z, teacher, p.kernels, p.kernel_mul)
+            return (1 - p.transfer_weight) * F.cross_entropy(m.head(z), y) + p.transfer_weight * mmd(
+                z, teacher, p.kernels, p.kernel_mul
+            )
 
         self.fit(model, data, round, loss_fn=loss_fn if p.transfer_weight > 0 else None)
         local = self.state_of(model)

@@ -4,6 +4,7 @@ Each client trains its own whole model on CE + lambda * MSE between its features
 their class, then uploads its class means; the server averages them weighted by class counts. A client predicts
 by the nearest global prototype to its features.
 """
+
 from __future__ import annotations
 
 from typing import Literal, Mapping
@@ -26,8 +27,12 @@ from pfedkit.records import ClientData, State
 
 
 class FedProtoParams(HyperParams):
-    proto_weight: float = Field(1.0, ge=0, description="lambda, weight of the prototype MSE; FedProto code default ld = 1")
-    inference: Literal["nearest-prototype", "head"] = Field("nearest-prototype", description="nearest global prototype (the paper) or the client's own head")
+    proto_weight: float = Field(
+        1.0, ge=0, description="lambda, weight of the prototype MSE; FedProto code default ld = 1"
+    )
+    inference: Literal["nearest-prototype", "head"] = Field(
+        "nearest-prototype", description="nearest global prototype (the paper) or the client's own head"
+    )
 
 
 @register
@@ -55,7 +60,10 @@ class FedProto(Method):
             return F.cross_entropy(m.head(z), yb) + lam * prototype_mse(z, yb, payload["protos"], available)
 
         self.fit(model, data, round, loss_fn=loss_fn if bool(available.any()) and lam > 0 else None)
-        reply = {**local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes), "num_samples": data.num_train}
+        reply = {
+            **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
+            "num_samples": data.num_train,
+        }
         return reply, self.state_of(model)
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:

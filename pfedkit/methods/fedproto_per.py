@@ -2,6 +2,7 @@
 released code for it). FedProto trains as usual; before evaluation each client fine-tunes its own model with
 cross-entropy for `ft_epochs` and predicts with its head, the same fine-tuning as `fedavg-ft` and `fedprox-ft`.
 """
+
 from pydantic import Field
 
 from pfedkit.methods.base import HyperParams, register
@@ -10,8 +11,14 @@ from pfedkit.methods.fedproto import FedProto
 
 
 class FedProtoPerParams(HyperParams):
-    proto_weight: float = Field(1.0, ge=0, description="lambda, weight of the prototype MSE; FedProto code default ld = 1")
-    ft_epochs: int = Field(1, ge=1, description="local fine-tuning epochs (cross-entropy, whole model) before evaluation; our choice, as fedavg-ft")
+    proto_weight: float = Field(
+        1.0, ge=0, description="lambda, weight of the prototype MSE; FedProto code default ld = 1"
+    )
+    ft_epochs: int = Field(
+        1,
+        ge=1,
+        description="local fine-tuning epochs (cross-entropy, whole model) before evaluation; our choice, as fedavg-ft",
+    )
 
 
 @register

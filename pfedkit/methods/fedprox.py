@@ -1,4 +1,5 @@
 """FedProx (Li et al., 2020): local loss + mu/2 * ||w - w_global||^2."""
+
 from pydantic import Field
 
 from pfedkit.methods.base import HyperParams, register, searched
@@ -8,8 +9,12 @@ from pfedkit.records import ClientData, State
 
 
 class FedProxParams(HyperParams):
-    mu: float = Field(0.01, gt=0, description="proximal weight; FedProx paper grid {0.001, 0.01, 0.1, 1}, our choice 0.01 (PFLlib's default 0 switches it off)",
-        json_schema_extra=searched(0.001, 1.0, log=True, source="the FedProx paper's grid {0.001, 0.01, 0.1, 1}"))
+    mu: float = Field(
+        0.01,
+        gt=0,
+        description="proximal weight; FedProx paper grid {0.001, 0.01, 0.1, 1}, our choice 0.01 (PFLlib's default 0 switches it off)",
+        json_schema_extra=searched(0.001, 1.0, log=True, source="the FedProx paper's grid {0.001, 0.01, 0.1, 1}"),
+    )
 
 
 @register
@@ -24,7 +29,11 @@ class FedProx(FedAvg):
 
 
 class FedProxFTParams(FedProxParams):
-    ft_epochs: int = Field(1, ge=1, description="local fine-tuning epochs before evaluation; our choice (PGFedSplit uses 25 after the last round)")
+    ft_epochs: int = Field(
+        1,
+        ge=1,
+        description="local fine-tuning epochs before evaluation; our choice (PGFedSplit uses 25 after the last round)",
+    )
 
 
 @register

@@ -1,5 +1,6 @@
 """FedRoD (Chen & Chao, ICLR 2022): a shared body and generic head trained with the balanced softmax, and a
 personal head trained on detached features; a client predicts with the sum of the two heads' logits."""
+
 from __future__ import annotations
 
 import torch
@@ -53,7 +54,10 @@ class FedRoD(PartSharing):
         model, head = self.load(payload), self.personal_head(client)
         counts = torch.bincount(data.train_y, minlength=self.ctx.num_classes)
         sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        opt_generic, opt_personal = torch.optim.SGD(model.parameters(), **sgd), torch.optim.SGD(head.parameters(), **sgd)
+        opt_generic, opt_personal = (
+            torch.optim.SGD(model.parameters(), **sgd),
+            torch.optim.SGD(head.parameters(), **sgd),
+        )
         model.train()
         for x, y in self.minibatches(data, round, "train"):
             z = model.body(x)

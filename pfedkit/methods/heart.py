@@ -15,6 +15,7 @@ Where the released code differs, a flag gives its behaviour (docs/methods.md 2.5
 - ensemble "logits": the code averages logits (Eq. 9 averages probabilities).
 - prox_weight 1.0: the code's `lmbda` without the paper's 1/2.
 """
+
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -33,18 +34,37 @@ from pfedkit.seeding import torch_generator
 
 
 class HeartParams(PerAdaParams):
-    prox_weight: float = Field(0.5, ge=0, description="weight of ||omega - theta||^2: paper Eq. 8's 1/2 (code `lmbda` = 1.0 without the 1/2)")
-    alignment: Literal["paper", "code", "off"] = Field("paper", description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a mode P); code = logged only; off = ablation")
-    align_weight: float = Field(0.1, ge=0, description="weight of L_HDA; code `align_lambda` = 0.1 (the paper does not state it)")
-    early_stages: int = Field(2, ge=0, description="stages aligned by 1 - cosine, the rest by MSE; paper Fig. 4 and code: layer1-2")
-    adversarial: bool = Field(True, description="AKT's PGD views of the proxy batch (false: clean view only, Fig. 5 ablation)")
+    prox_weight: float = Field(
+        0.5, ge=0, description="weight of ||omega - theta||^2: paper Eq. 8's 1/2 (code `lmbda` = 1.0 without the 1/2)"
+    )
+    alignment: Literal["paper", "code", "off"] = Field(
+        "paper",
+        description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a mode P); code = logged only; off = ablation",
+    )
+    align_weight: float = Field(
+        0.1, ge=0, description="weight of L_HDA; code `align_lambda` = 0.1 (the paper does not state it)"
+    )
+    early_stages: int = Field(
+        2, ge=0, description="stages aligned by 1 - cosine, the rest by MSE; paper Fig. 4 and code: layer1-2"
+    )
+    adversarial: bool = Field(
+        True, description="AKT's PGD views of the proxy batch (false: clean view only, Fig. 5 ablation)"
+    )
     clean_view: bool = Field(True, description="AKT's clean view (false: adversarial only, Fig. 5 ablation)")
-    symmetric: bool = Field(True, description="symmetric KL (Eq. 10); false = forward KL only, the code's effective loss (its reverse term is 0 on PyTorch 1.12, NaN now)")
+    symmetric: bool = Field(
+        True,
+        description="symmetric KL (Eq. 10); false = forward KL only, the code's effective loss (its reverse term is 0 on PyTorch 1.12, NaN now)",
+    )
     pgd_eps: float = Field(8 / 255, ge=0, description="PGD radius in pixel units; code (torchattacks PGD) 8/255")
     pgd_alpha: float = Field(2 / 255, gt=0, description="PGD step; code 2/255")
     pgd_steps: int = Field(20, ge=1, description="PGD iterations; code `PGD(model, steps=20)`")
-    pgd_space: Literal["pixel", "normalized"] = Field("pixel", description="pixel = attack in [0, 1] pixels then normalize (paper, Madry); normalized = the code's clamp of normalized inputs")
-    ensemble: Literal["logits", "probs"] = Field("probs", description="teacher: mean of probabilities (paper Eq. 9) or softmax of mean logits (code)")
+    pgd_space: Literal["pixel", "normalized"] = Field(
+        "pixel",
+        description="pixel = attack in [0, 1] pixels then normalize (paper, Madry); normalized = the code's clamp of normalized inputs",
+    )
+    ensemble: Literal["logits", "probs"] = Field(
+        "probs", description="teacher: mean of probabilities (paper Eq. 9) or softmax of mean logits (code)"
+    )
 
     @model_validator(mode="after")
     def _some_view(self) -> "HeartParams":
@@ -53,8 +73,13 @@ class HeartParams(PerAdaParams):
         return self
 
 
-def alignment_loss(features: list[torch.Tensor], labels: torch.Tensor, prototypes: list[torch.Tensor],
-                   available: torch.Tensor, early_stages: int) -> torch.Tensor:
+def alignment_loss(
+    features: list[torch.Tensor],
+    labels: torch.Tensor,
+    prototypes: list[torch.Tensor],
+    available: torch.Tensor,
+    early_stages: int,
+) -> torch.Tensor:
     """L_HDA (Eq. 6-7): mean over stages and samples of 1 - cos (early stages) or the dimension-mean squared error
     (deep stages) to the sample's class prototype; a class without a prototype contributes 0 but still counts."""
     has = available[labels].to(features[0].dtype)
@@ -74,7 +99,9 @@ class HeartPFL(PerAda):
 
     # ---- client ----
     @torch.no_grad()
-    def stage_prototypes(self, model: StagedResNet, data: ClientData, round: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def stage_prototypes(
+        self, model: StagedResNet, data: ClientData, round: int
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Class means of each stage's pooled output over the local training set, with the model in train mode
         as the code has it (batch-mode BatchNorm, whose running statistics move)."""
         model.train()
@@ -109,6 +136,7 @@ class HeartPFL(PerAda):
                 value = self.hda(glob.stages(x)[1], y, context)
             context["logged"].append(float(value))
             return prox_loss(model, x, y) + weight * value
+
         return loss
 
     def local_loss(self, payload: State, context: dict) -> AdapterLoss:
@@ -121,22 +149,32 @@ class HeartPFL(PerAda):
             value = self.hda(features, y, context)
             context["logged"].append(float(value.detach()))
             return F.cross_entropy(logits, y) + weight * value
+
         return loss
 
     # ---- server ----
     def needs_anchor(self) -> bool:
         return self.params.adversarial
 
-    def views(self, x: torch.Tensor, y: torch.Tensor, teachers: list[StagedResNet], anchor: Optional[StagedResNet],
-              round: int, step: int) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    def views(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        teachers: list[StagedResNet],
+        anchor: Optional[StagedResNet],
+        round: int,
+        step: int,
+    ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
         p = self.params
         pairs = [(x, [x] * len(teachers))] if p.clean_view else []
         if p.adversarial:
             gen = torch_generator(self.ctx.seed, round, step, "pgd")
 
             def attack(model: StagedResNet) -> torch.Tensor:
-                return pgd_attack(model, x, y, eps=p.pgd_eps, alpha=p.pgd_alpha, steps=p.pgd_steps, generator=gen,
-                                  space=p.pgd_space)
+                return pgd_attack(
+                    model, x, y, eps=p.pgd_eps, alpha=p.pgd_alpha, steps=p.pgd_steps, generator=gen, space=p.pgd_space
+                )
+
             pairs.append((attack(anchor), [attack(t) for t in teachers]))  # each teacher attacked on its own
         return pairs
 
@@ -145,8 +183,19 @@ class HeartPFL(PerAda):
 
 
 # The paper's component ablations (Table 3) as presets of the same flags, so a suite can list them as rows.
-variant(HeartPFL, "heart-pfl-no-hda", "HEART-PFL without hierarchical directional alignment (ablation)", alignment="off")
-variant(HeartPFL, "heart-pfl-no-akt", "HEART-PFL without adversarial knowledge transfer: plain averaging on the server (ablation)",
-        kd_rounds=0)
-variant(HeartPFL, "heart-pfl-no-both", "HEART-PFL without HDA and AKT: personalized adapters proximal to averaged adapters "
-        "(ablation)", alignment="off", kd_rounds=0)
+variant(
+    HeartPFL, "heart-pfl-no-hda", "HEART-PFL without hierarchical directional alignment (ablation)", alignment="off"
+)
+variant(
+    HeartPFL,
+    "heart-pfl-no-akt",
+    "HEART-PFL without adversarial knowledge transfer: plain averaging on the server (ablation)",
+    kd_rounds=0,
+)
+variant(
+    HeartPFL,
+    "heart-pfl-no-both",
+    "HEART-PFL without HDA and AKT: personalized adapters proximal to averaged adapters (ablation)",
+    alignment="off",
+    kd_rounds=0,
+)

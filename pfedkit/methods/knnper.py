@@ -6,6 +6,7 @@ with feature z, p_kNN(y | x) = sum over the k nearest stored features (squared E
 1[y_j = y] * exp(-d_j^2 / (D * scale)), normalized over those k (D the feature dimension), and the prediction is
 p = lambda * p_kNN + (1 - lambda) * softmax(global logits). Training is FedAvg's; nothing else travels.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,16 +21,35 @@ from pfedkit.records import ClientData, State
 
 
 class KNNPerParams(HyperParams):
-    neighbors: int = Field(10, ge=1, description="k, neighbours consulted; our choice (the paper studies k's effect; 10 as in its figures' middle range)")
-    knn_weight: float = Field(0.5, ge=0, le=1, description="lambda, weight of the kNN distribution (the global model gets 1 - lambda); the paper tunes it per client on a grid, our fixed choice 0.5")
-    scale: float = Field(1.0, gt=0, description="kernel scale: similarity exp(-d^2 / (feature_dim * scale)); authors' code default (1)")
+    neighbors: int = Field(
+        10,
+        ge=1,
+        description="k, neighbours consulted; our choice (the paper studies k's effect; 10 as in its figures' middle range)",
+    )
+    knn_weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="lambda, weight of the kNN distribution (the global model gets 1 - lambda); the paper tunes it per client on a grid, our fixed choice 0.5",
+    )
+    scale: float = Field(
+        1.0, gt=0, description="kernel scale: similarity exp(-d^2 / (feature_dim * scale)); authors' code default (1)"
+    )
 
 
 class KNNInterpolated(nn.Module):
     """log of lambda * p_kNN + (1 - lambda) * softmax(global logits): its argmax and cross-entropy are those of p."""
 
-    def __init__(self, model: SplitModel, memory: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                 neighbors: int, knn_weight: float, scale: float):
+    def __init__(
+        self,
+        model: SplitModel,
+        memory: torch.Tensor,
+        labels: torch.Tensor,
+        num_classes: int,
+        neighbors: int,
+        knn_weight: float,
+        scale: float,
+    ):
         super().__init__()
         self.model = model
         self.register_buffer("memory", memory)

@@ -1,4 +1,5 @@
 """LG-FedAvg (Liang et al., 2020): local representations (personal body), global top layers (shared head)."""
+
 from pfedkit.methods.base import register
 from pfedkit.methods.sharing import PartSharing
 

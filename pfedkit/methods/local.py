@@ -1,4 +1,5 @@
 """Local: every client trains its own model alone; nothing is exchanged."""
+
 from pfedkit.methods.base import register
 from pfedkit.methods.sharing import PartSharing
 

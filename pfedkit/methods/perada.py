@@ -10,6 +10,7 @@ the distilled model only if it beats the average on the server's validation spli
 gate; "last" keeps it always, as both papers' algorithms have it). Settings follow PerAda's
 released code (`NVlabs/PerAda`, which HEART-PFL's code extends; docs/methods.md 2).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -31,14 +32,31 @@ AdapterLoss = Callable[[StagedResNet, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class PerAdaParams(HyperParams):
-    prox_weight: float = Field(1.0, ge=0, description="weight of ||omega - theta||^2 (no 1/2): PerAda code `lmbda` = 1.0")
-    kd_rounds: int = Field(30, ge=0, description="server distillation in rounds < kd_rounds, plain averaging after; code `kd_max_round` = 30 (0 = never)")
-    kd_steps: int = Field(500, ge=1, description="proxy batches per distillation; code `total_n_server_pseudo_batches` = 500")
+    prox_weight: float = Field(
+        1.0, ge=0, description="weight of ||omega - theta||^2 (no 1/2): PerAda code `lmbda` = 1.0"
+    )
+    kd_rounds: int = Field(
+        30,
+        ge=0,
+        description="server distillation in rounds < kd_rounds, plain averaging after; code `kd_max_round` = 30 (0 = never)",
+    )
+    kd_steps: int = Field(
+        500, ge=1, description="proxy batches per distillation; code `total_n_server_pseudo_batches` = 500"
+    )
     kd_batch: int = Field(2048, ge=1, description="proxy batch size; code `kd_batch_size` = 2048 (HEART paper 4.1)")
-    kd_lr: float = Field(1e-3, gt=0, description="server Adam lr, cosine-annealed over kd_steps; code `kd_lr` (HEART paper 4.1)")
-    kd_eval_every: int = Field(1, ge=1, description="validate the student every this many steps; code `kd_eval_batches_freq` = 1")
-    kd_keep: Literal["validated", "last"] = Field("validated", description="validated: the best validated student, kept only if it beats the average (the code's gate); last: the student after kd_steps, always (HEART Alg. 1 and PerAda's paper: no gate)")
-    ensemble: Literal["logits", "probs"] = Field("logits", description="teacher: softmax of the mean logits (PerAda code) or mean of probabilities")
+    kd_lr: float = Field(
+        1e-3, gt=0, description="server Adam lr, cosine-annealed over kd_steps; code `kd_lr` (HEART paper 4.1)"
+    )
+    kd_eval_every: int = Field(
+        1, ge=1, description="validate the student every this many steps; code `kd_eval_batches_freq` = 1"
+    )
+    kd_keep: Literal["validated", "last"] = Field(
+        "validated",
+        description="validated: the best validated student, kept only if it beats the average (the code's gate); last: the student after kd_steps, always (HEART Alg. 1 and PerAda's paper: no gate)",
+    )
+    ensemble: Literal["logits", "probs"] = Field(
+        "logits", description="teacher: softmax of the mean logits (PerAda code) or mean of probabilities"
+    )
 
 
 @contextmanager
@@ -50,8 +68,10 @@ def seeded_dropout(seed: int, round: int, cid: int) -> Iterator[None]:
 
 def check_adapter_model(method: str, model: nn.Module) -> None:
     if not isinstance(model, StagedResNet) or not any(isinstance(m, Adapter) for m in model.modules()):
-        raise ConfigError(f"method {method} trains adapters: set model.name = \"resnet18-adapter\" or "
-                          "\"small-resnet-adapter\" (with adapters = true), usually with model.options.pretrained")
+        raise ConfigError(
+            f'method {method} trains adapters: set model.name = "resnet18-adapter" or '
+            '"small-resnet-adapter" (with adapters = true), usually with model.options.pretrained'
+        )
 
 
 def distillation_outcome(accepted: int, gain: float) -> State:
@@ -80,9 +100,11 @@ class PerAda(Method):
     def init_server(self) -> State:
         check_adapter_model(self.name, self.working_model("main"))
         if self.params.kd_rounds > 0 and self.ctx.server is None:
-            raise ConfigError(f"method {self.name} distils on server proxy data: set proxy.holdout (e.g. 0.1, the "
-                              "in-domain split; add proxy.dataset for an out-of-domain proxy), or "
-                              "method.kd_rounds = 0 for plain averaging")
+            raise ConfigError(
+                f"method {self.name} distils on server proxy data: set proxy.holdout (e.g. 0.1, the "
+                "in-domain split; add proxy.dataset for an out-of-domain proxy), or "
+                "method.kd_rounds = 0 for plain averaging"
+            )
         return {**self.init_client(-1, None), **distillation_outcome(-1, 0.0)}
 
     def init_client(self, cid: int, data: Optional[ClientData]) -> State:
@@ -100,8 +122,9 @@ class PerAda(Method):
         return self.adapter_model(client, "personal")
 
     # ---- client ----
-    def fit_adapters(self, model: StagedResNet, data: ClientData, round: int, loss_fn: AdapterLoss,
-                     purpose: str) -> float:
+    def fit_adapters(
+        self, model: StagedResNet, data: ClientData, round: int, loss_fn: AdapterLoss, purpose: str
+    ) -> float:
         """SGD over the trainable set only (the rest frozen), the run's epochs, batch size and lr."""
         return self.fit(model, data, round, loss_fn=loss_fn, purpose=purpose, trains=is_trainable)
 
@@ -113,6 +136,7 @@ class PerAda(Method):
 
         def loss(model: StagedResNet, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(model(x), y) + weight * self.proximal(model, payload)
+
         return loss
 
     def local_loss(self, payload: State, client_context: dict) -> AdapterLoss:
@@ -148,8 +172,15 @@ class PerAda(Method):
         teachers = [self.adapter_model(replies[cid], f"teacher{i}") for i, cid in enumerate(sorted(replies))]
         return self.distill(averaged, teachers, round)
 
-    def views(self, x: torch.Tensor, y: torch.Tensor, teachers: list[StagedResNet], anchor: Optional[StagedResNet],
-              round: int, step: int) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    def views(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        teachers: list[StagedResNet],
+        anchor: Optional[StagedResNet],
+        round: int,
+        step: int,
+    ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
         """(student input, one input per teacher) pairs the student learns on: the clean batch for PerAda."""
         return [(x, [x] * len(teachers))]
 
@@ -170,8 +201,9 @@ class PerAda(Method):
             return {**best, **distillation_outcome(1, 100 * (best_acc - start))}
         return {**averaged, **distillation_outcome(0, 0.0)}
 
-    def run_distillation(self, averaged: State, teachers: list[StagedResNet], round: int
-                         ) -> tuple[Optional[State], float, float]:
+    def run_distillation(
+        self, averaged: State, teachers: list[StagedResNet], round: int
+    ) -> tuple[Optional[State], float, float]:
         """(the best validated student or None, its validation accuracy, the average's); with kd_keep = "last", the
         final student and its validation accuracy, validated once at the end."""
         p, data = self.params, self.ctx.server
@@ -190,7 +222,7 @@ class PerAda(Method):
             for step in range(p.kd_steps):
                 if pos >= len(order):  # cycle the proxy set, reshuffled
                     order, pos = torch.randperm(len(data.proxy_y), generator=gen), 0
-                idx = order[pos:pos + p.kd_batch]
+                idx = order[pos : pos + p.kd_batch]
                 pos += p.kd_batch
                 x, y = data.proxy_x[idx], data.proxy_y[idx]
                 pairs = self.views(x, y, teachers, anchor, round, step)

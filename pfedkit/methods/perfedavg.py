@@ -5,6 +5,7 @@ w <- w - beta * grad f(w'; B2) (first-order, FO), or with the Hessian-vector cor
 w <- w - beta * (I - alpha * H(w; B3)) grad f(w'; B2), H v by finite differences (Hessian-free, HF).
 A client is evaluated after one adaptation step of the global model on a batch of its training data.
 """
+
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -21,8 +22,12 @@ from pfedkit.records import ClientData, State
 
 
 class PerFedAvgParams(HyperParams):
-    variant: Literal["fo", "hf"] = Field("fo", description="first-order or Hessian-free meta gradient; the paper's two versions")
-    alpha: Optional[float] = Field(None, gt=0, description="inner (adaptation) step size; default train.lr (our choice)")
+    variant: Literal["fo", "hf"] = Field(
+        "fo", description="first-order or Hessian-free meta gradient; the paper's two versions"
+    )
+    alpha: Optional[float] = Field(
+        None, gt=0, description="inner (adaptation) step size; default train.lr (our choice)"
+    )
     beta: float = Field(0.001, gt=0, description="meta step size; our choice (the paper's experiments use small steps)")
     delta: float = Field(1e-3, gt=0, description="finite-difference step of the HF Hessian-vector product; our choice")
 
@@ -58,14 +63,18 @@ class PerFedAvg(PartSharing):
             meta = gradients(model, data.train_x[b2], data.train_y[b2])
             if self.params.variant == "hf":
                 b3 = batches[start + 2]
-                meta = [g - self.alpha * h for g, h in zip(meta, self.hessian_vector(model, before, meta, data.train_x[b3], data.train_y[b3]))]
+                meta = [
+                    g - self.alpha * h
+                    for g, h in zip(meta, self.hessian_vector(model, before, meta, data.train_x[b3], data.train_y[b3]))
+                ]
             with torch.no_grad():
                 for p, w, g in zip(params, before, meta):
                     p.copy_(w - self.params.beta * g)
         return {**self.state_of(model), "num_samples": data.num_train}, {}
 
-    def hessian_vector(self, model: SplitModel, at: list[torch.Tensor], vector: list[torch.Tensor], x: torch.Tensor,
-                       y: torch.Tensor) -> list[torch.Tensor]:
+    def hessian_vector(
+        self, model: SplitModel, at: list[torch.Tensor], vector: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> list[torch.Tensor]:
         """H(at) v ~ (grad f(at + d v) - grad f(at - d v)) / (2 d)."""
         d, params, sides = self.params.delta, list(model.parameters()), []
         for sign in (1.0, -1.0):

@@ -7,6 +7,7 @@ through the hypernetwork (SGD with momentum and weight decay, as the authors' co
 into one step. The generated model theta_i is
 the client's personalized model; nothing stays on the client.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -24,13 +25,19 @@ EMBEDDING, EMBEDDING_MOMENTUM = "embedding.{cid}", "embedding_momentum.{cid}"
 
 
 class PFedHNParams(HyperParams):
-    embed_dim: int = Field(6, ge=1, description="client embedding size; authors' code uses 1 + clients/4 (6 for 20 clients): set it for other counts")
+    embed_dim: int = Field(
+        6,
+        ge=1,
+        description="client embedding size; authors' code uses 1 + clients/4 (6 for 20 clients): set it for other counts",
+    )
     hidden: int = Field(100, ge=1, description="width of the hypernetwork's MLP; authors' code (hyper-hid 100)")
     hidden_layers: int = Field(3, ge=0, description="hidden layers after the first; authors' code (n-hidden 3)")
     server_lr: float = Field(1e-2, gt=0, description="hypernetwork SGD learning rate; authors' code (1e-2)")
     server_momentum: float = Field(0.9, ge=0, lt=1, description="hypernetwork SGD momentum; authors' code (0.9)")
     server_weight_decay: float = Field(1e-3, ge=0, description="hypernetwork SGD weight decay; authors' code (1e-3)")
-    server_grad_clip: float = Field(50.0, gt=0, description="max total norm of the hypernetwork and embedding gradient per step; authors' code (50)")
+    server_grad_clip: float = Field(
+        50.0, gt=0, description="max total norm of the hypernetwork and embedding gradient per step; authors' code (50)"
+    )
 
 
 class HyperNetwork(nn.Module):
@@ -70,8 +77,12 @@ class PFedHN(Method):
 
     def init_server(self) -> State:
         with seeded_torch(self.ctx.seed, -1, -1, "pfedhn-init"):
-            fresh = HyperNetwork(self.params.embed_dim, self.params.hidden, self.params.hidden_layers,
-                                 {n: p.shape for n, p in self.model.named_parameters()})
+            fresh = HyperNetwork(
+                self.params.embed_dim,
+                self.params.hidden,
+                self.params.hidden_layers,
+                {n: p.shape for n, p in self.model.named_parameters()},
+            )
         return {HN + k: v.detach().clone() for k, v in fresh.state_dict().items()}
 
     def embedding(self, server: State, cid: int) -> torch.Tensor:
@@ -113,8 +124,13 @@ class PFedHN(Method):
         embedding_grads = []
         for cid, v in zip(cids, embeddings):
             generated = net(v)
-            grads = list(torch.autograd.grad([generated[n] for n in generated], weights + [v],
-                                             grad_outputs=[-replies[cid]["delta." + n] for n in generated]))
+            grads = list(
+                torch.autograd.grad(
+                    [generated[n] for n in generated],
+                    weights + [v],
+                    grad_outputs=[-replies[cid]["delta." + n] for n in generated],
+                )
+            )
             norm = torch.cat([g.reshape(-1) for g in grads]).norm()
             clip = min(1.0, p.server_grad_clip / (float(norm) + 1e-6))  # the authors' clip_grad_norm_ per client step
             for total, g in zip(weight_grads, grads[:-1]):
@@ -122,7 +138,9 @@ class PFedHN(Method):
             embedding_grads.append(grads[-1] * clip)
         params = weights + embeddings
         names = [HN + k for k, _ in net.named_parameters()] + [EMBEDDING.format(cid=c) for c in cids]
-        momentum_names = [HN_MOMENTUM + k for k, _ in net.named_parameters()] + [EMBEDDING_MOMENTUM.format(cid=c) for c in cids]
+        momentum_names = [HN_MOMENTUM + k for k, _ in net.named_parameters()] + [
+            EMBEDDING_MOMENTUM.format(cid=c) for c in cids
+        ]
         opt = torch.optim.SGD(params, lr=p.server_lr, momentum=p.server_momentum, weight_decay=p.server_weight_decay)
         for param, grad, mname in zip(params, weight_grads + embedding_grads, momentum_names):
             param.grad = grad

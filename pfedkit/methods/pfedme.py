@@ -5,6 +5,7 @@ lambda/2 * ||theta - w||^2 with `inner_steps` gradient steps at `personal_lr`, t
 the global model toward it: w <- w - lr * lambda * (w - theta). theta starts each round at the received global model. The server mixes:
 w_G <- (1 - beta) * w_G + beta * mean(w_i). The personalized theta is evaluated.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -23,7 +24,9 @@ class PFedMeParams(HyperParams):
     reg: float = Field(15.0, gt=0, description="lambda of the Moreau envelope; pFedMe paper, MNIST (15)")
     inner_steps: int = Field(5, ge=1, description="K, gradient steps on the inner problem per batch; pFedMe paper (5)")
     personal_lr: float = Field(0.09, gt=0, description="lr of the inner problem; pFedMe paper's MNIST setting (0.09)")
-    beta: float = Field(1.0, gt=0, description="server mixing; pFedMe paper (1; PFLlib's default 0 would freeze the global model)")
+    beta: float = Field(
+        1.0, gt=0, description="server mixing; pFedMe paper (1; PFLlib's default 0 would freeze the global model)"
+    )
 
 
 @register

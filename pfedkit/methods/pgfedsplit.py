@@ -7,6 +7,7 @@ its own head with alpha_i minimizing CE of the mixed logits plus beta * gap * al
 server's class Gaussians; the body on CE + lambda * MSE to the global prototypes. The period moves by one step
 against the change of the mean alpha (APA). Choices the paper leaves open are settings below, each description naming its reading.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,23 +44,51 @@ EPS = 1e-6
 
 
 class PGFedSplitParams(HyperParams):
-    proto_weight: float = Field(5.0, ge=0, description="lambda of Eq. 14; paper: 5",
-        json_schema_extra=searched(0.5, 20.0, log=True, source="our choice, around the paper's 5"))
+    proto_weight: float = Field(
+        5.0,
+        ge=0,
+        description="lambda of Eq. 14; paper: 5",
+        json_schema_extra=searched(0.5, 20.0, log=True, source="our choice, around the paper's 5"),
+    )
     proto_distance: Literal["mse", "squared-norm"] = Field(
-        "mse", description="Eq. 14's distance: mean squared error over the feature dimensions (nn.MSELoss, as FedPAC's "
+        "mse",
+        description="Eq. 14's distance: mean squared error over the feature dimensions (nn.MSELoss, as FedPAC's "
         "and PFLlib's code; docs/methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same lambda. Default "
-        "by experiment: at lambda 5 the squared norm collapses CIFAR-100 Dir(0.1) to 15.34% against 37.19 (REPRODUCTION.md)")
-    period_init: int = Field(5, ge=1, description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)",
-        json_schema_extra=searched(1, 20, source="our choice: the paper's 5 (20 clients) to 20 (100 clients)"))
+        "by experiment: at lambda 5 the squared norm collapses CIFAR-100 Dir(0.1) to 15.34% against 37.19 (REPRODUCTION.md)",
+    )
+    period_init: int = Field(
+        5,
+        ge=1,
+        description="tau^(0), rounds between head aggregations; paper: 5 (20 for 100 clients)",
+        json_schema_extra=searched(1, 20, source="our choice: the paper's 5 (20 clients) to 20 (100 clients)"),
+    )
     period_min: int = Field(1, ge=1, description="tau_min; not given, docs/methods.md 3.4-d: 1")
     period_max: int = Field(20, ge=1, description="tau_max; not given, docs/methods.md 3.4-d: 20")
-    adaptive_period: bool = Field(True, description="APA: move tau with the mean alpha; false keeps tau fixed (ablation w/o APA)")
-    gap_weight: float = Field(0.1, ge=0, description="beta, weight of the gap-scaled KL in the alpha objective; not given, docs/methods.md 3.4-d: 0.1")
+    adaptive_period: bool = Field(
+        True, description="APA: move tau with the mean alpha; false keeps tau fixed (ablation w/o APA)"
+    )
+    gap_weight: float = Field(
+        0.1,
+        ge=0,
+        description="beta, weight of the gap-scaled KL in the alpha objective; not given, docs/methods.md 3.4-d: 0.1",
+    )
     kd_temperature: float = Field(1.0, gt=0, description="T_KD of the alpha objective's KL; paper: 1")
-    synthetic_ratio: float = Field(0.5, ge=0, lt=1, description="r: synthetic share of the embedding set, ceil(r / (1 - r) * local) samples; paper: 0.5")
-    gaussian_augmentation: bool = Field(True, description="GAU: synthetic embeddings from the class Gaussians; false = local embeddings only (ablation w/o GAU)")
-    variance_scaling: Literal["label", "none"] = Field("label", description="gamma^2_il = (1 - q_il) / mean over present classes (docs/methods.md 3.4-a), or 1")
-    head_epochs: Optional[int] = Field(None, ge=1, description="head epochs on the embedding set; default train.local_epochs (docs/methods.md 3.4-f)")
+    synthetic_ratio: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="r: synthetic share of the embedding set, ceil(r / (1 - r) * local) samples; paper: 0.5",
+    )
+    gaussian_augmentation: bool = Field(
+        True,
+        description="GAU: synthetic embeddings from the class Gaussians; false = local embeddings only (ablation w/o GAU)",
+    )
+    variance_scaling: Literal["label", "none"] = Field(
+        "label", description="gamma^2_il = (1 - q_il) / mean over present classes (docs/methods.md 3.4-a), or 1"
+    )
+    head_epochs: Optional[int] = Field(
+        None, ge=1, description="head epochs on the embedding set; default train.local_epochs (docs/methods.md 3.4-f)"
+    )
 
 
 def next_period(period: int, alpha_mean: float, alpha_prev: float, low: int, high: int) -> int:
@@ -92,9 +121,16 @@ def variance_scales(label_shares: torch.Tensor, mode: str) -> torch.Tensor:
     return spread / norm if norm > 0 else torch.ones_like(label_shares)  # a one-class client: no scaling
 
 
-def synthetic_embeddings(label_shares: torch.Tensor, local_count: int, ratio: float, means: torch.Tensor,
-                         variances: torch.Tensor, available: torch.Tensor, scales: torch.Tensor,
-                         generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def synthetic_embeddings(
+    label_shares: torch.Tensor,
+    local_count: int,
+    ratio: float,
+    means: torch.Tensor,
+    variances: torch.Tensor,
+    available: torch.Tensor,
+    scales: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """ceil(r / (1 - r) * local) labels drawn from the client's label shares; for those with server statistics,
     embeddings ~ N(mu_l, gamma_l^2 * diag(Sigma_l)). Labels without statistics are dropped (literal reading)."""
     count = math.ceil(ratio / (1 - ratio) * local_count)
@@ -110,16 +146,25 @@ def synthetic_embeddings(label_shares: torch.Tensor, local_count: int, ratio: fl
 @lru_cache(maxsize=None)  # one loss per setting: clients share a cohort phase
 def prototype_pull(weight: float, distance: str) -> PhaseLoss:
     """CE + lambda * Eq. 14's distance (`prototype_distance`) in the proto_distance reading."""
-    def loss(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-             given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+
+    def loss(
+        net: Net,
+        params: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        given: Mapping[str, torch.Tensor],
+    ) -> torch.Tensor:
         z = net.body(x)
-        return F.cross_entropy(net.head(z), y) + weight * prototype_distance(z, y, given["protos"], given["available"],
-                                                                             distance)
+        return F.cross_entropy(net.head(z), y) + weight * prototype_distance(
+            z, y, given["protos"], given["available"], distance
+        )
+
     return loss
 
 
-def prototype_distance(features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, available: torch.Tensor,
-                       distance: str) -> torch.Tensor:
+def prototype_distance(
+    features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, available: torch.Tensor, distance: str
+) -> torch.Tensor:
     """Eq. 14's distance of each feature to its class's global prototype, batch mean: the MSE over the feature
     dimensions, or the squared norm as written (d times the MSE)."""
     mse = prototype_mse(features, labels, protos, available)
@@ -143,9 +188,15 @@ class PGFedSplit(Method):
 
     def init_server(self) -> State:
         C, d = self.ctx.num_classes, self.model.feature_dim
-        return {**select(self.initial_state(), ("body",)), "protos": torch.zeros(C, d),
-                "proto_counts": torch.zeros(C, dtype=torch.long), "proto_vars": torch.full((C, d), EPS),
-                "period": self.params.period_init, "counter": 0, "alpha_prev": 0.0}
+        return {
+            **select(self.initial_state(), ("body",)),
+            "protos": torch.zeros(C, d),
+            "proto_counts": torch.zeros(C, dtype=torch.long),
+            "proto_vars": torch.full((C, d), EPS),
+            "period": self.params.period_init,
+            "counter": 0,
+            "alpha_prev": 0.0,
+        }
 
     def init_client(self, cid: int, data: ClientData) -> State:
         return {**select(self.initial_state(), ("head",)), "last_adapted": 0}
@@ -154,17 +205,24 @@ class PGFedSplit(Method):
         return dict(server)  # the body, prototypes and a delivered head; the server-only keys are left out
 
     # ---- client ----
-    def embedding_set(self, model: SplitModel, payload: State, data: ClientData, round: int
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    def embedding_set(
+        self, model: SplitModel, payload: State, data: ClientData, round: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Local embeddings of the received body plus synthetic ones (Eq. 15-17), built before the alpha step."""
         local = eval_features(model, data.train_x)
         if not self.params.gaussian_augmentation:
             return local, data.train_y
         shares = torch.bincount(data.train_y, minlength=self.ctx.num_classes).to(local.dtype) / data.num_train
-        z, y = synthetic_embeddings(shares, data.num_train, self.params.synthetic_ratio, payload["protos"],
-                                    payload["proto_vars"], payload["proto_counts"] > 0,
-                                    variance_scales(shares, self.params.variance_scaling),
-                                    torch_generator(self.ctx.seed, round, data.cid, "synthetic-embeddings"))
+        z, y = synthetic_embeddings(
+            shares,
+            data.num_train,
+            self.params.synthetic_ratio,
+            payload["protos"],
+            payload["proto_vars"],
+            payload["proto_counts"] > 0,
+            variance_scales(shares, self.params.variance_scaling),
+            torch_generator(self.ctx.seed, round, data.cid, "synthetic-embeddings"),
+        )
         return torch.cat([local, z]), torch.cat([data.train_y, y])
 
     @torch.no_grad()
@@ -173,8 +231,11 @@ class PGFedSplit(Method):
         own = model.head(z)
         aggregated = head_of(self.working_model("aggregated-head"), payload, AGG)(z)
         T = self.params.kd_temperature
-        kl = float(F.kl_div(F.log_softmax(aggregated / T, 1), F.log_softmax(own / T, 1), log_target=True,
-                            reduction="batchmean"))  # KL(softmax(own / T) || softmax(aggregated / T))
+        kl = float(
+            F.kl_div(
+                F.log_softmax(aggregated / T, 1), F.log_softmax(own / T, 1), log_target=True, reduction="batchmean"
+            )
+        )  # KL(softmax(own / T) || softmax(aggregated / T))
         penalty = self.params.gap_weight * gap * kl
 
         def objective(alpha: float) -> float:
@@ -182,8 +243,9 @@ class PGFedSplit(Method):
 
         return minimize_on_unit_interval(objective)
 
-    def adapt_head(self, model: SplitModel, payload: State, client: State, z: torch.Tensor, y: torch.Tensor,
-                   round: int) -> Optional[float]:
+    def adapt_head(
+        self, model: SplitModel, payload: State, client: State, z: torch.Tensor, y: torch.Tensor, round: int
+    ) -> Optional[float]:
         """Mix the aggregated head into the client's head, if one came (Eq. 8); returns alpha, or None."""
         if not any(k.startswith(AGG) for k in payload):
             return None
@@ -202,17 +264,27 @@ class PGFedSplit(Method):
         body = Phase(parts=("body",), purpose="body")
         available = payload["proto_counts"] > 0
         if bool(available.any()) and p.proto_weight > 0:
-            body = replace(body, loss=prototype_pull(p.proto_weight, p.proto_distance),
-                           given={"protos": payload["protos"], "available": available})
+            body = replace(
+                body,
+                loss=prototype_pull(p.proto_weight, p.proto_distance),
+                given={"protos": payload["protos"], "available": available},
+            )
         last = round if alpha is not None else int(client["last_adapted"])
-        return LocalPlan({"main": self.state_of(model)}, [head, body],
-                         notes={"last_adapted": last, **({} if alpha is None else {"alpha": alpha})})
+        return LocalPlan(
+            {"main": self.state_of(model)},
+            [head, body],
+            notes={"last_adapted": last, **({} if alpha is None else {"alpha": alpha})},
+        )
 
-    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
-                    ) -> tuple[State, State]:
+    def plan_result(
+        self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+    ) -> tuple[State, State]:
         model = self.load(trained["main"])
-        reply = {**trained["main"], **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
-                 "num_samples": data.num_train}
+        reply = {
+            **trained["main"],
+            **local_prototypes(model, data.train_x, data.train_y, self.ctx.num_classes),
+            "num_samples": data.num_train,
+        }
         if "alpha" in plan.notes:
             reply["alpha"] = plan.notes["alpha"]
         return reply, {**select(trained["main"], ("head",)), "last_adapted": plan.notes["last_adapted"]}
@@ -231,8 +303,9 @@ class PGFedSplit(Method):
         if alphas:  # a head was delivered this round: APA
             mean = sum(alphas) / len(alphas)
             if p.adaptive_period:
-                new["period"] = next_period(int(server["period"]), mean, float(server["alpha_prev"]),
-                                            p.period_min, p.period_max)
+                new["period"] = next_period(
+                    int(server["period"]), mean, float(server["alpha_prev"]), p.period_min, p.period_max
+                )
             new["alpha_prev"] = mean
         new["counter"] = int(server["counter"]) + 1
         if new["counter"] >= int(new["period"]):  # aggregate this round's heads, broadcast next round
@@ -267,7 +340,16 @@ class PGFedSplit(Method):
 
 # The paper's Fig. 5 ablations as presets of the same flags, so a suite can list them as rows.
 variant(PGFedSplit, "pgfedsplit-no-apa", "PGFedSplit with a fixed head period (Fig. 5 ablation)", adaptive_period=False)
-variant(PGFedSplit, "pgfedsplit-no-gau", "PGFedSplit without Gaussian augmentation of the head's training set (Fig. 5 ablation)",
-        gaussian_augmentation=False)
-variant(PGFedSplit, "pgfedsplit-no-both", "PGFedSplit without APA and without Gaussian augmentation (Fig. 5 ablation)",
-        adaptive_period=False, gaussian_augmentation=False)
+variant(
+    PGFedSplit,
+    "pgfedsplit-no-gau",
+    "PGFedSplit without Gaussian augmentation of the head's training set (Fig. 5 ablation)",
+    gaussian_augmentation=False,
+)
+variant(
+    PGFedSplit,
+    "pgfedsplit-no-both",
+    "PGFedSplit without APA and without Gaussian augmentation (Fig. 5 ablation)",
+    adaptive_period=False,
+    gaussian_augmentation=False,
+)

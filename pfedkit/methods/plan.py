@@ -8,6 +8,7 @@ A phase's loss is written once, against `net` (the model, or its functional stan
 `net.body(x)`, `net.head(features)`, the model's parameters by name in `params`, and the per-client tensors the plan
 gives it (`given`: stacked over the cohort, so they may differ from client to client).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,11 +30,14 @@ class Net(Protocol):
 
 
 # loss(net, params, x, y, given) -> the batch's scalar loss
-PhaseLoss = Callable[[Net, Mapping[str, torch.Tensor], torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
+PhaseLoss = Callable[
+    [Net, Mapping[str, torch.Tensor], torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor
+]
 
 
-def cross_entropy(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                  given: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def cross_entropy(
+    net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, given: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
     return F.cross_entropy(net(x), y)
 
 
@@ -42,10 +46,17 @@ def proximal(weight: float) -> PhaseLoss:
     """Cross-entropy plus weight/2 * ||w - anchor||^2 over the parameters `given` holds (FedProx, Ditto)."""
     half = weight / 2
 
-    def loss(net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-             given: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(net(x), y) + half * sum((params[name] - anchor).pow(2).sum()
-                                                       for name, anchor in given.items())
+    def loss(
+        net: Net,
+        params: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        given: Mapping[str, torch.Tensor],
+    ) -> torch.Tensor:
+        return F.cross_entropy(net(x), y) + half * sum(
+            (params[name] - anchor).pow(2).sum() for name, anchor in given.items()
+        )
+
     return loss
 
 
@@ -75,9 +86,19 @@ class Phase:
 
     def shape(self) -> tuple[Any, ...]:
         """What must match for clients to share a cohort phase (everything but the per-client tensors)."""
-        return (self.model, self.parts, self.epochs, self.purpose, self.lr, self.momentum, self.weight_decay,
-                self.loss, self.head_features, self.head_inputs is None,
-                tuple((k, tuple(v.shape)) for k, v in self.given.items()))
+        return (
+            self.model,
+            self.parts,
+            self.epochs,
+            self.purpose,
+            self.lr,
+            self.momentum,
+            self.weight_decay,
+            self.loss,
+            self.head_features,
+            self.head_inputs is None,
+            tuple((k, tuple(v.shape)) for k, v in self.given.items()),
+        )
 
 
 @dataclass(frozen=True)
@@ -142,8 +163,9 @@ class FunctionalNet:
         return self.body(x)
 
 
-def batched_grads(loss: Callable[..., torch.Tensor], trained: Mapping[str, torch.Tensor], *inputs: Any
-                  ) -> dict[str, Optional[torch.Tensor]]:
+def batched_grads(
+    loss: Callable[..., torch.Tensor], trained: Mapping[str, torch.Tensor], *inputs: Any
+) -> dict[str, Optional[torch.Tensor]]:
     """Every client's gradient of its own loss, `loss(trained_c, *inputs_c)`, over a leading client dimension: the
     clients' losses are independent, so the gradient of their sum is each client's own. None where unused."""
     leaves = {k: v.detach().requires_grad_(True) for k, v in trained.items()}
@@ -152,8 +174,14 @@ def batched_grads(loss: Callable[..., torch.Tensor], trained: Mapping[str, torch
     return dict(zip(leaves, grads))
 
 
-def sgd_step(params: list[torch.Tensor], grads: list[Optional[torch.Tensor]], momenta: Optional[list[torch.Tensor]],
-             lr: float, momentum: float, weight_decay: float) -> None:
+def sgd_step(
+    params: list[torch.Tensor],
+    grads: list[Optional[torch.Tensor]],
+    momenta: Optional[list[torch.Tensor]],
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+) -> None:
     """torch.optim.SGD's update (no dampening, no Nesterov) in place; a tensor without a gradient is skipped, as
     SGD skips a parameter whose grad is None. A momentum buffer starting at zero equals SGD's first-step copy."""
     keep = [i for i, g in enumerate(grads) if g is not None]
@@ -169,5 +197,3 @@ def sgd_step(params: list[torch.Tensor], grads: list[Optional[torch.Tensor]], mo
         torch._foreach_add_(m, d)
         d = m
     torch._foreach_add_(p, d, alpha=-lr)
-
-

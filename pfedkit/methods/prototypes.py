@@ -3,6 +3,7 @@
 Shared by FedPAC (its class centroids), FedProto, FedGH and PGFedSplit. A client's prototypes travel as two
 tensors: `protos` (classes x feature_dim, zero rows for absent classes) and `proto_counts` (samples per class).
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping
@@ -35,8 +36,12 @@ def local_prototypes(model: SplitModel, x: torch.Tensor, y: torch.Tensor, num_cl
     return {"protos": means, "proto_counts": counts}
 
 
-def aggregate_prototypes(replies: Iterable[Mapping[str, torch.Tensor]], previous: Mapping[str, torch.Tensor] | None = None,
-                         *, per_client: bool = False) -> State:
+def aggregate_prototypes(
+    replies: Iterable[Mapping[str, torch.Tensor]],
+    previous: Mapping[str, torch.Tensor] | None = None,
+    *,
+    per_client: bool = False,
+) -> State:
     """Mean per class over the replies holding it: weighted by class counts (FedPAC Eq. 11, FedProto Eq. 6), or
     one vote per client if `per_client` (PGFedSplit Eq. 4). `proto_counts` of the result sums the weights.
 
@@ -59,8 +64,9 @@ def empty_prototypes(num_classes: int, feature_dim: int) -> State:
     return {"protos": torch.zeros(num_classes, feature_dim), "proto_counts": torch.zeros(num_classes, dtype=torch.long)}
 
 
-def prototype_mse(features: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor, available: torch.Tensor
-                  ) -> torch.Tensor:
+def prototype_mse(
+    features: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor, available: torch.Tensor
+) -> torch.Tensor:
     """MSE between features and their class's target prototype, mean over batch x dims (nn.MSELoss, as in FedPAC
     and PFLlib's FedProto); samples whose class has no target contribute zero."""
     has = available[labels].unsqueeze(1)

@@ -1,4 +1,5 @@
 """Methods that share some model parts through the server and keep the rest on the client."""
+
 from __future__ import annotations
 
 from typing import ClassVar, Mapping, Optional
@@ -29,8 +30,11 @@ class PartSharing(Method):
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
         """The shared parts and the keys the method declares as `sent`; anything else stays on the server."""
-        extra = {k: v for k, v in server.items()
-                 if any(k == name or (name.endswith(".") and k.startswith(name)) for name in self.sent)}
+        extra = {
+            k: v
+            for k, v in server.items()
+            if any(k == name or (name.endswith(".") and k.startswith(name)) for name in self.sent)
+        }
         return {**select(server, self.shared), **extra}
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
@@ -56,8 +60,10 @@ class PartSharing(Method):
     @classmethod
     def batched(cls) -> tuple[bool, bool]:
         training = cls.local_plan is not PartSharing.local_plan or not cls.trains_in_code()
-        evaluation = (cls.evaluation_weights is not PartSharing.evaluation_weights
-                      or cls.personalized_model is PartSharing.personalized_model)
+        evaluation = (
+            cls.evaluation_weights is not PartSharing.evaluation_weights
+            or cls.personalized_model is PartSharing.personalized_model
+        )
         return training, evaluation
 
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
@@ -65,8 +71,9 @@ class PartSharing(Method):
             return None
         return LocalPlan({"main": self.model_weights(payload, client)}, self.local_phases(payload, client, data, round))
 
-    def plan_result(self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
-                    ) -> tuple[State, State]:
+    def plan_result(
+        self, trained: dict[str, State], plan: LocalPlan, data: ClientData, round: int
+    ) -> tuple[State, State]:
         weights = trained["main"]
         return {**select(weights, self.shared), "num_samples": data.num_train}, select(weights, self.personal)
 

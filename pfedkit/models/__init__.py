@@ -1,4 +1,5 @@
 """Model names -> SplitModel builders; bad names, shapes and options fail with a ConfigError saying what is valid."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -15,13 +16,30 @@ _MODELS: dict[str, tuple[Callable[..., SplitModel], dict[str, object]]] = {
     "resnet18": (resnet.resnet18, {"stem": "imagenet"}),
     "mlp": (cnn.mlp, {"hidden": 128}),
     "smallcnn": (cnn.smallcnn, {}),
-    "resnet18-adapter": (adapters.resnet18_adapter, {"stem": "imagenet", "adapters": True, "dropout": 0.3,
-                                                     "pretrained": "", "pretrained_bn_stats": False,
-                                                     "frozen_backbone": False}),
-    "small-resnet-adapter": (adapters.small_resnet_adapter, {"widths": (8, 16, 32, 64), "blocks": 1, "stem_stride": 2,
-                                                             "adapters": True,
-                                                             "dropout": 0.3, "pretrained": "",
-                                                             "pretrained_bn_stats": False, "frozen_backbone": False}),
+    "resnet18-adapter": (
+        adapters.resnet18_adapter,
+        {
+            "stem": "imagenet",
+            "adapters": True,
+            "dropout": 0.3,
+            "pretrained": "",
+            "pretrained_bn_stats": False,
+            "frozen_backbone": False,
+        },
+    ),
+    "small-resnet-adapter": (
+        adapters.small_resnet_adapter,
+        {
+            "widths": (8, 16, 32, 64),
+            "blocks": 1,
+            "stem_stride": 2,
+            "adapters": True,
+            "dropout": 0.3,
+            "pretrained": "",
+            "pretrained_bn_stats": False,
+            "frozen_backbone": False,
+        },
+    ),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)

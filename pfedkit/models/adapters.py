@@ -6,6 +6,7 @@ Trainable: every adapter, every `bn1`/`bn2` (the blocks' and the stem's) and the
 and the downsample BatchNorms stay frozen (docs/methods.md 2.1). Pretrained weights come from a torchvision-format
 ResNet state-dict file (`conv1.weight`, `layer1.0.bn1.bias`, ..., `fc.weight`); `fc` is never loaded.
 """
+
 from __future__ import annotations
 
 import functools
@@ -78,8 +79,12 @@ def trainable_names(model: nn.Module) -> list[str]:
 
 
 def batchnorm_buffer_names(model: nn.Module) -> list[str]:
-    return [f"{prefix}.{b}" for prefix, m in model.named_modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) for b in BN_BUFFERS]
+    return [
+        f"{prefix}.{b}"
+        for prefix, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        for b in BN_BUFFERS
+    ]
 
 
 def adapter_state_names(model: nn.Module) -> list[str]:
@@ -98,8 +103,10 @@ def _read_state_dict(path: str, mtime: float) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a corrupt or non-torch file: say which and what it must be
-        raise ConfigError(f"cannot read pretrained weights {path}: {err}; it must be a state dict saved by "
-                          "torch.save (e.g. by `pfedkit pretrain`)") from None
+        raise ConfigError(
+            f"cannot read pretrained weights {path}: {err}; it must be a state dict saved by "
+            "torch.save (e.g. by `pfedkit pretrain`)"
+        ) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -112,23 +119,37 @@ def load_backbone(model: SplitModel, path: str | os.PathLike, bn_stats: bool = F
     statistics only if `bn_stats`: the HEART-PFL code does not copy them, docs/methods.md 2.1)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ConfigError(f"pretrained weights {path} not found; give a torchvision-format ResNet state-dict file "
-                          "in model.options.pretrained (make one with `pfedkit pretrain`), or \"\" for random init")
+        raise ConfigError(
+            f"pretrained weights {path} not found; give a torchvision-format ResNet state-dict file "
+            'in model.options.pretrained (make one with `pfedkit pretrain`), or "" for random init'
+        )
     state = _read_state_dict(str(path), path.stat().st_mtime)
     own = {k: v for k, v in model.body.state_dict().items() if "adapter" not in k}
     given = {k: v for k, v in state.items() if not k.startswith("fc.")}
     missing = sorted(k for k in own if k not in given and (bn_stats or k.rsplit(".", 1)[-1] not in BN_BUFFERS))
     unexpected = sorted(k for k in given if k not in own)
-    mismatched = sorted(f"{k}: file {tuple(given[k].shape)} vs model {tuple(own[k].shape)}"
-                        for k in own if k in given and given[k].shape != own[k].shape)
+    mismatched = sorted(
+        f"{k}: file {tuple(given[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in own
+        if k in given and given[k].shape != own[k].shape
+    )
     if missing or unexpected or mismatched:
-        problems = [f"{label} ({len(keys)}): {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
-                    for label, keys in (("missing keys", missing), ("unexpected keys", unexpected),
-                                        ("shape mismatches", mismatched)) if keys]
-        raise ConfigError(f"pretrained weights {path} do not fit this model: " + "; ".join(problems) +
-                          ". The file must be a torchvision-format state dict of the same architecture "
-                          "(same widths and blocks; `fc.*` is ignored), e.g. saved by `pfedkit pretrain` with "
-                          "the same model options")
+        problems = [
+            f"{label} ({len(keys)}): {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
+            for label, keys in (
+                ("missing keys", missing),
+                ("unexpected keys", unexpected),
+                ("shape mismatches", mismatched),
+            )
+            if keys
+        ]
+        raise ConfigError(
+            f"pretrained weights {path} do not fit this model: "
+            + "; ".join(problems)
+            + ". The file must be a torchvision-format state dict of the same architecture "
+            "(same widths and blocks; `fc.*` is ignored), e.g. saved by `pfedkit pretrain` with "
+            "the same model options"
+        )
     copied = {k: given[k] for k in own if k in given and (bn_stats or k.rsplit(".", 1)[-1] not in BN_BUFFERS)}
     model.body.load_state_dict({**model.body.state_dict(), **copied})
 
@@ -140,17 +161,33 @@ def backbone_state(model: SplitModel) -> dict[str, torch.Tensor]:
     return out
 
 
-def _resnet(input_shape: tuple[int, int, int], num_classes: int, widths: Sequence[int], blocks: int, stem: str,
-            adapters: bool, dropout: float, pretrained: str, pretrained_bn_stats: bool,
-            stem_stride: int = 1, frozen_backbone: bool = False) -> StagedResNet:
+def _resnet(
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    widths: Sequence[int],
+    blocks: int,
+    stem: str,
+    adapters: bool,
+    dropout: float,
+    pretrained: str,
+    pretrained_bn_stats: bool,
+    stem_stride: int = 1,
+    frozen_backbone: bool = False,
+) -> StagedResNet:
     channels = input_shape[0]
     if stem == "imagenet":
-        first = OrderedDict(conv1=nn.Conv2d(channels, widths[0], 7, stride=2, padding=3, bias=False),
-                            bn1=nn.BatchNorm2d(widths[0]), relu=nn.ReLU(inplace=True),
-                            maxpool=nn.MaxPool2d(3, stride=2, padding=1))
+        first = OrderedDict(
+            conv1=nn.Conv2d(channels, widths[0], 7, stride=2, padding=3, bias=False),
+            bn1=nn.BatchNorm2d(widths[0]),
+            relu=nn.ReLU(inplace=True),
+            maxpool=nn.MaxPool2d(3, stride=2, padding=1),
+        )
     else:
-        first = OrderedDict(conv1=nn.Conv2d(channels, widths[0], 3, stride=stem_stride, padding=1, bias=False),
-                            bn1=nn.BatchNorm2d(widths[0]), relu=nn.ReLU(inplace=True))
+        first = OrderedDict(
+            conv1=nn.Conv2d(channels, widths[0], 3, stride=stem_stride, padding=1, bias=False),
+            bn1=nn.BatchNorm2d(widths[0]),
+            relu=nn.ReLU(inplace=True),
+        )
     layers, in_planes = OrderedDict(), widths[0]
     for i, planes in enumerate(widths):
         stride = 1 if i == 0 else 2
@@ -176,12 +213,18 @@ def _resnet(input_shape: tuple[int, int, int], num_classes: int, widths: Sequenc
     return model
 
 
-def _check(name: str, dropout: float, pretrained: str, adapters: bool, stem: Optional[str] = None,
-           frozen_backbone: bool = False) -> None:
+def _check(
+    name: str,
+    dropout: float,
+    pretrained: str,
+    adapters: bool,
+    stem: Optional[str] = None,
+    frozen_backbone: bool = False,
+) -> None:
     if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise ConfigError(f"model {name!r}: `dropout` must be in [0, 1), got {dropout!r}")
     if not isinstance(pretrained, str):
-        raise ConfigError(f"model {name!r}: `pretrained` must be a file path string (\"\" for none), got {pretrained!r}")
+        raise ConfigError(f'model {name!r}: `pretrained` must be a file path string ("" for none), got {pretrained!r}')
     if not isinstance(adapters, bool):
         raise ConfigError(f"model {name!r}: `adapters` must be true or false, got {adapters!r}")
     if not isinstance(frozen_backbone, bool):
@@ -190,21 +233,46 @@ def _check(name: str, dropout: float, pretrained: str, adapters: bool, stem: Opt
         raise ConfigError(f"model {name!r}: `stem` must be one of {', '.join(STEMS)}, got {stem!r}")
 
 
-def resnet18_adapter(input_shape: tuple[int, int, int], num_classes: int, stem: str = "imagenet",
-                     adapters: bool = True, dropout: float = 0.3, pretrained: str = "",
-                     pretrained_bn_stats: bool = False, frozen_backbone: bool = False) -> StagedResNet:
+def resnet18_adapter(
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    stem: str = "imagenet",
+    adapters: bool = True,
+    dropout: float = 0.3,
+    pretrained: str = "",
+    pretrained_bn_stats: bool = False,
+    frozen_backbone: bool = False,
+) -> StagedResNet:
     """ResNet-18 (64/128/256/512, two blocks a stage) with 16 adapters; `adapters = false` gives the plain
     (optionally pretrained) ResNet-18 that full-model baselines fine-tune; `frozen_backbone = true` leaves only the
     adapters, bn1/bn2 and the head trainable for any method (HEART-PFL and PerAda freeze the rest themselves)."""
     _check("resnet18-adapter", dropout, pretrained, adapters, stem, frozen_backbone)
-    return _resnet(input_shape, num_classes, (64, 128, 256, 512), 2, stem, adapters, dropout, pretrained,
-                   pretrained_bn_stats, frozen_backbone=frozen_backbone)
+    return _resnet(
+        input_shape,
+        num_classes,
+        (64, 128, 256, 512),
+        2,
+        stem,
+        adapters,
+        dropout,
+        pretrained,
+        pretrained_bn_stats,
+        frozen_backbone=frozen_backbone,
+    )
 
 
-def small_resnet_adapter(input_shape: tuple[int, int, int], num_classes: int, widths: Iterable[int] = (8, 16, 32, 64),
-                         blocks: int = 1, stem_stride: int = 2, adapters: bool = True, dropout: float = 0.3,
-                         pretrained: str = "", pretrained_bn_stats: bool = False,
-                         frozen_backbone: bool = False) -> StagedResNet:
+def small_resnet_adapter(
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    widths: Iterable[int] = (8, 16, 32, 64),
+    blocks: int = 1,
+    stem_stride: int = 2,
+    adapters: bool = True,
+    dropout: float = 0.3,
+    pretrained: str = "",
+    pretrained_bn_stats: bool = False,
+    frozen_backbone: bool = False,
+) -> StagedResNet:
     """A narrow ResNet of the same adapter design for 28x28 inputs: a 3x3 stem (stride 2 by default: half the
     time of stride 1 on a CPU), one stage per width (stride 2 after the first), `blocks` basic blocks a stage.
     Our stand-in for ResNet-18 in CPU-sized runs; `frozen_backbone` as for resnet18-adapter."""
@@ -216,5 +284,16 @@ def small_resnet_adapter(input_shape: tuple[int, int, int], num_classes: int, wi
         raise ConfigError(f"model 'small-resnet-adapter': `blocks` must be a positive integer, got {blocks!r}")
     if stem_stride not in (1, 2) or isinstance(stem_stride, bool):
         raise ConfigError(f"model 'small-resnet-adapter': `stem_stride` must be 1 or 2, got {stem_stride!r}")
-    return _resnet(input_shape, num_classes, widths, blocks, "cifar", adapters, dropout, pretrained, pretrained_bn_stats,
-                   stem_stride, frozen_backbone)
+    return _resnet(
+        input_shape,
+        num_classes,
+        widths,
+        blocks,
+        "cifar",
+        adapters,
+        dropout,
+        pretrained,
+        pretrained_bn_stats,
+        stem_stride,
+        frozen_backbone,
+    )

@@ -1,4 +1,5 @@
 """Every model is a body (feature extractor) and a head (classifier); methods address parameters by part."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -1,4 +1,5 @@
 """ResNet-18 (BasicBlock, [2, 2, 2, 2]) with the standard layout and init; body ends at the pooled 512-d feature."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -43,19 +44,28 @@ def resnet18(input_shape: tuple[int, int, int], num_classes: int, stem: str = "i
     channels = input_shape[0]
     if stem == "imagenet":
         first = OrderedDict(
-            conv1=nn.Conv2d(channels, 64, 7, stride=2, padding=3, bias=False), bn1=nn.BatchNorm2d(64),
-            relu=nn.ReLU(inplace=True), maxpool=nn.MaxPool2d(3, stride=2, padding=1),
+            conv1=nn.Conv2d(channels, 64, 7, stride=2, padding=3, bias=False),
+            bn1=nn.BatchNorm2d(64),
+            relu=nn.ReLU(inplace=True),
+            maxpool=nn.MaxPool2d(3, stride=2, padding=1),
         )
     else:
         first = OrderedDict(
-            conv1=nn.Conv2d(channels, 64, 3, stride=1, padding=1, bias=False), bn1=nn.BatchNorm2d(64),
+            conv1=nn.Conv2d(channels, 64, 3, stride=1, padding=1, bias=False),
+            bn1=nn.BatchNorm2d(64),
             relu=nn.ReLU(inplace=True),
         )
-    body = nn.Sequential(OrderedDict(
-        **first,
-        layer1=_layer(64, 64, 1), layer2=_layer(64, 128, 2), layer3=_layer(128, 256, 2), layer4=_layer(256, 512, 2),
-        avgpool=nn.AdaptiveAvgPool2d(1), flatten=nn.Flatten(),
-    ))
+    body = nn.Sequential(
+        OrderedDict(
+            **first,
+            layer1=_layer(64, 64, 1),
+            layer2=_layer(64, 128, 2),
+            layer3=_layer(128, 256, 2),
+            layer4=_layer(256, 512, 2),
+            avgpool=nn.AdaptiveAvgPool2d(1),
+            flatten=nn.Flatten(),
+        )
+    )
     # Same init as torchvision: He-normal (fan_out) convs, BN at identity; the Linear head keeps its default init.
     for module in body.modules():
         if isinstance(module, nn.Conv2d):

@@ -6,6 +6,7 @@ run's metrics do not depend on which actor ran what, nor on the order replies ar
 An actor that dies is restarted and its task retried (Ray's actor restarts); a cluster that cannot be reached fails
 before round 0. Importing this module registers the backend; the core never imports Ray.
 """
+
 from pfedkit.ray.executor import RayExecutor
 
 __all__ = ["RayExecutor"]

@@ -1,4 +1,5 @@
 """RayExecutor: the engine's Executor interface (run tasks, yield (cid, result) as they finish) on Ray actors."""
+
 from __future__ import annotations
 
 import hashlib
@@ -82,18 +83,24 @@ def connect(address: str) -> bool:
         return False
     target = address or os.environ.get("RAY_ADDRESS") or None
     if target and not reachable(target):
-        raise PfedkitError(f"cannot reach the Ray cluster at {target!r} (nothing answers there within "
-                           f"{CONNECT_S:.0f} s); start one with `ray start --head`, fix run.ray_address (or RAY_ADDRESS), "
-                           "or leave both empty to start a local Ray for the run")
+        raise PfedkitError(
+            f"cannot reach the Ray cluster at {target!r} (nothing answers there within "
+            f"{CONNECT_S:.0f} s); start one with `ray start --head`, fix run.ray_address (or RAY_ADDRESS), "
+            "or leave both empty to start a local Ray for the run"
+        )
     try:
         ray.init(address=target, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
         if "uthenticat" in repr(err.__cause__) + str(err):
-            raise PfedkitError(f"the Ray cluster at {target!r} asks for a token this process lacks; set RAY_AUTH_TOKEN "
-                               "(or RAY_AUTH_TOKEN_PATH) as on the cluster, or start the cluster with RAY_AUTH_MODE=disabled") from None
-        raise PfedkitError(f"cannot reach the Ray cluster at {target!r} ({str(err).splitlines()[0]}); start one with "
-                           "`ray start --head`, fix run.ray_address (or RAY_ADDRESS), or leave both empty to start a "
-                           "local Ray for the run") from None
+            raise PfedkitError(
+                f"the Ray cluster at {target!r} asks for a token this process lacks; set RAY_AUTH_TOKEN "
+                "(or RAY_AUTH_TOKEN_PATH) as on the cluster, or start the cluster with RAY_AUTH_MODE=disabled"
+            ) from None
+        raise PfedkitError(
+            f"cannot reach the Ray cluster at {target!r} ({str(err).splitlines()[0]}); start one with "
+            "`ray start --head`, fix run.ray_address (or RAY_ADDRESS), or leave both empty to start a "
+            "local Ray for the run"
+        ) from None
     return True
 
 
@@ -111,32 +118,47 @@ def actor_count(requested: int, gpus_per_worker: float) -> int:
     resources = ray.cluster_resources()
     cpus, gpus = int(resources.get("CPU", 1)), float(resources.get("GPU", 0))
     if gpus_per_worker and not gpus:
-        raise PfedkitError(f"run.gpus_per_worker = {gpus_per_worker} asks Ray for GPUs, but the cluster has none; add "
-                           "nodes with GPUs (ray start --num-gpus N), or set run.gpus_per_worker = 0 and run.device = \"cpu\"")
+        raise PfedkitError(
+            f"run.gpus_per_worker = {gpus_per_worker} asks Ray for GPUs, but the cluster has none; add "
+            'nodes with GPUs (ray start --num-gpus N), or set run.gpus_per_worker = 0 and run.device = "cpu"'
+        )
     fit = min(cpus, int(gpus / gpus_per_worker + 1e-9)) if gpus_per_worker else cpus
     count = requested if requested > 0 else max(1, min(fit, MAX_ACTORS))
     if count > cpus:
-        raise PfedkitError(f"run.workers = {count} Ray actors need {count} CPUs, but the cluster has {cpus}; lower "
-                           "run.workers or add nodes")
+        raise PfedkitError(
+            f"run.workers = {count} Ray actors need {count} CPUs, but the cluster has {cpus}; lower "
+            "run.workers or add nodes"
+        )
     if gpus_per_worker and count * gpus_per_worker > gpus + 1e-9:
-        raise PfedkitError(f"run.workers = {count} Ray actors at run.gpus_per_worker = {gpus_per_worker} need "
-                           f"{count * gpus_per_worker:g} GPUs, but the cluster has {gpus:g}; lower either, or add GPUs")
+        raise PfedkitError(
+            f"run.workers = {count} Ray actors at run.gpus_per_worker = {gpus_per_worker} need "
+            f"{count * gpus_per_worker:g} GPUs, but the cluster has {gpus:g}; lower either, or add GPUs"
+        )
     return count
 
 
 class RayExecutor:
     """Tasks on `workers` actors (0: one per CPU of the cluster, at most MAX_ACTORS)."""
 
-    def __init__(self, method: Method, fed: Any, workers: int, address: str = "", worker_device: str = "cpu",
-                 gpus_per_worker: float = 0.0, **options: Any):
+    def __init__(
+        self,
+        method: Method,
+        fed: Any,
+        workers: int,
+        address: str = "",
+        worker_device: str = "cpu",
+        gpus_per_worker: float = 0.0,
+        **options: Any,
+    ):
         self.started = connect(address)
         try:
             self.workers = actor_count(workers, gpus_per_worker)
             by_value(type(method))
             # sent once, shared by every actor on a node; held for the run so that a restarted actor finds them
             self.refs = (ray.put(method), ray.put(fed))
-            worker = ClientWorker.options(num_cpus=1, num_gpus=gpus_per_worker, max_restarts=RESTARTS,
-                                          max_task_retries=RESTARTS)
+            worker = ClientWorker.options(
+                num_cpus=1, num_gpus=gpus_per_worker, max_restarts=RESTARTS, max_task_retries=RESTARTS
+            )
             self.actors = [worker.remote(*self.refs, 1, worker_device) for _ in range(self.workers)]
             self.placement = self.check_actors()  # every actor built before round 0, or a clear error here
         except BaseException:
@@ -148,15 +170,19 @@ class RayExecutor:
         try:
             placement = ray.get([a.where.remote() for a in self.actors])
         except (RayActorError, ray.exceptions.RayTaskError) as err:
-            raise PfedkitError(f"a Ray actor could not be started on the cluster ({str(err).splitlines()[0]}); every node "
-                               f"needs pfedkit {pfedkit.__version__} and torch {software()['torch']} installed, as on "
-                               "this machine (pip install -e \".[ray]\" there)") from None
+            raise PfedkitError(
+                f"a Ray actor could not be started on the cluster ({str(err).splitlines()[0]}); every node "
+                f"needs pfedkit {pfedkit.__version__} and torch {software()['torch']} installed, as on "
+                'this machine (pip install -e ".[ray]" there)'
+            ) from None
         mine = software()
         for where in placement:
             if {k: where[k] for k in mine} != mine:
-                raise PfedkitError(f"node {where['host']} runs pfedkit {where['pfedkit']} with torch {where['torch']}, "
-                                   f"this driver pfedkit {mine['pfedkit']} with torch {mine['torch']}; the same run "
-                                   "needs the same code on every node: install this version there")
+                raise PfedkitError(
+                    f"node {where['host']} runs pfedkit {where['pfedkit']} with torch {where['torch']}, "
+                    f"this driver pfedkit {mine['pfedkit']} with torch {mine['torch']}; the same run "
+                    "needs the same code on every node: install this version there"
+                )
         return placement
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
@@ -167,8 +193,10 @@ class RayExecutor:
             for cid, result in pool.map_unordered(lambda actor, task: actor.run.remote(prepared(task)), ordered):
                 yield cid, ((owned(result[0]), owned(result[1]), result[2]) if train else result)
         except RayActorError as err:
-            raise PfedkitError(f"a Ray actor was lost during round {ordered[0].round} and could not be restarted "
-                               f"({str(err).splitlines()[0]}); resume the run with --resume") from None
+            raise PfedkitError(
+                f"a Ray actor was lost during round {ordered[0].round} and could not be restarted "
+                f"({str(err).splitlines()[0]}); resume the run with --resume"
+            ) from None
 
     def close(self) -> None:
         for actor in getattr(self, "actors", []):

@@ -1,4 +1,5 @@
 """Heatmap PNG of a [clients, classes] sample-count matrix (Agg canvas, so no display or global backend is needed)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,20 +21,29 @@ def save_partition_heatmap(counts: np.ndarray, path, title: str = "") -> Path:
     """Clients on x, classes on y, colour = samples (empty cells left white); per-client totals on top if they fit."""
     counts = np.asarray(counts)
     if counts.ndim != 2 or counts.size == 0:
-        raise DataError(f"counts must be a non-empty [clients, classes] matrix, got shape {counts.shape}; "
-                        "build it with pfedkit.data.partition.label_counts")
+        raise DataError(
+            f"counts must be a non-empty [clients, classes] matrix, got shape {counts.shape}; "
+            "build it with pfedkit.data.partition.label_counts"
+        )
     if not np.issubdtype(counts.dtype, np.number) or (counts < 0).any():
         raise DataError("counts must hold non-negative numbers of samples")
     n_clients, n_classes = counts.shape
     # Width grows with the client count but is capped so 500 clients still give a readable, small PNG.
-    fig = Figure(figsize=(min(4 + 0.25 * n_clients, 20), min(2.5 + 0.25 * n_classes, 12)), dpi=100,
-                 layout="constrained")
+    fig = Figure(
+        figsize=(min(4 + 0.25 * n_clients, 20), min(2.5 + 0.25 * n_classes, 12)), dpi=100, layout="constrained"
+    )
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     cmap = colormaps["viridis"].with_extremes(bad="white")  # masked (zero) cells: the client holds none of that class
     # Square-root colour scale: non-IID counts are heavy-tailed, and a linear scale paints every small cell alike.
-    image = ax.imshow(np.ma.masked_equal(counts.T, 0), aspect="auto", interpolation="nearest", origin="lower",
-                      cmap=cmap, norm=PowerNorm(0.5, vmin=0, vmax=max(float(counts.max()), 1.0)))
+    image = ax.imshow(
+        np.ma.masked_equal(counts.T, 0),
+        aspect="auto",
+        interpolation="nearest",
+        origin="lower",
+        cmap=cmap,
+        norm=PowerNorm(0.5, vmin=0, vmax=max(float(counts.max()), 1.0)),
+    )
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
@@ -55,4 +65,3 @@ def save_partition_heatmap(counts: np.ndarray, path, title: str = "") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     return path
-

@@ -1,4 +1,5 @@
 """Plots (PNG): accuracy curves of one or many runs."""
+
 from __future__ import annotations
 
 import io
@@ -48,5 +49,7 @@ def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str
     ax.set_ylabel("test accuracy, % (sample-weighted)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: a suite's many rows hide no curve
+    ax.legend(
+        fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )  # beside the axes: a suite's many rows hide no curve
     return _save(fig, path)

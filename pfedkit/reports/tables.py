@@ -4,6 +4,7 @@ A suite's output folder holds `<column>/<method>/seed<N>/` run folders; the tabl
 so an interrupted suite, or one whose parts ran separately, still gives a table, and a cell says how many
 seeds it averages and "not run" where none finished.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,12 @@ from pfedkit.records import AFTER, accuracy_column
 # fitted slope, so that round-to-round noise does not decide it.
 RISE_POINTS, PER_ROUNDS, PEAK_POINTS, MIN_EVALUATIONS = 0.5, 100, 1.0, 10
 TREND_MARKS = {"rising": " ↑", "peaked": " ↓", "short": " ?", "flat": ""}
-TREND_NOTE = (f"↑ = still rising (the mean curve over seeds gained more than {RISE_POINTS} points from the fourth fifth "
-              f"of its evaluations to the last, or more than {RISE_POINTS} points per {PER_ROUNDS} rounds where the "
-              f"fifths are shorter), ↓ = peaked earlier (the best of the last fifth is more than {PEAK_POINTS} points "
-              f"below the best), ? = fewer than {MIN_EVALUATIONS} evaluations; unmarked = flat")
+TREND_NOTE = (
+    f"↑ = still rising (the mean curve over seeds gained more than {RISE_POINTS} points from the fourth fifth "
+    f"of its evaluations to the last, or more than {RISE_POINTS} points per {PER_ROUNDS} rounds where the "
+    f"fifths are shorter), ↓ = peaked earlier (the best of the last fifth is more than {PEAK_POINTS} points "
+    f"below the best), ? = fewer than {MIN_EVALUATIONS} evaluations; unmarked = flat"
+)
 
 
 def mean_std(values: list[float], count: bool = False) -> str:
@@ -43,8 +46,10 @@ def cell(values: list[float]) -> str:
 
 def finished_runs(column_dir: Path, method: str) -> list[Path]:
     """Run folders of one cell that finished (have a summary), any seed, in seed order."""
-    return sorted((p.parent for p in (column_dir / method).glob("seed*/summary.json")),
-                  key=lambda d: int(d.name.removeprefix("seed")))
+    return sorted(
+        (p.parent for p in (column_dir / method).glob("seed*/summary.json")),
+        key=lambda d: int(d.name.removeprefix("seed")),
+    )
 
 
 def diverged_rounds(column_dir: Path, method: str) -> list[int]:
@@ -60,12 +65,19 @@ def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int
     """(round, accuracy) of every evaluated round, at `point` ("start" or "after-local"; a run measured at both has
     both), else at the run's own evaluation point (a run before eval.point: start)."""
     if point is None:  # a run still training has no summary yet: its config says where it measures
-        point = (summary_of(run_dir).get("eval_point", "start") if (run_dir / "summary.json").exists()
-                 else tomllib.loads((run_dir / "config.toml").read_text()).get("eval", {}).get(
-                     "point", EvalSection.model_fields["point"].default))
+        point = (
+            summary_of(run_dir).get("eval_point", "start")
+            if (run_dir / "summary.json").exists()
+            else tomllib.loads((run_dir / "config.toml").read_text())
+            .get("eval", {})
+            .get("point", EvalSection.model_fields["point"].default)
+        )
     column = accuracy_column(point)
-    return [(int(r["round"]), float(r[column])) for r in read_csv(run_dir / "metrics.csv")
-            if r.get(column) not in (None, "")]
+    return [
+        (int(r["round"]), float(r[column]))
+        for r in read_csv(run_dir / "metrics.csv")
+        if r.get(column) not in (None, "")
+    ]
 
 
 def window_means(curve: Sequence[tuple[int, float]], window: int) -> list[tuple[int, int, float]]:
@@ -75,8 +87,10 @@ def window_means(curve: Sequence[tuple[int, float]], window: int) -> list[tuple[
     for round, acc in curve:
         if round > 0:
             blocks.setdefault((round - 1) // window, []).append((round, acc))
-    return [(b * window + 1, b * window + window, statistics.fmean(a for _, a in points))
-            for b, points in sorted(blocks.items())]
+    return [
+        (b * window + 1, b * window + window, statistics.fmean(a for _, a in points))
+        for b, points in sorted(blocks.items())
+    ]
 
 
 def last_evaluations(curve: Sequence[tuple[int, float]], k: int, *, rounds: bool = False) -> list[tuple[int, float]]:
@@ -107,20 +121,20 @@ def curve_gain(curve: Sequence[tuple[int, float]]) -> tuple[float, float]:
     """(gain, rounds apart): the mean of the last fifth of (round, accuracy) points less the mean of the fifth before,
     and how many rounds apart those fifths' centres are."""
     fifth = max(1, len(curve) // 5)
-    last, before = curve[-fifth:], curve[-2 * fifth:-fifth] or curve[:1]
+    last, before = curve[-fifth:], curve[-2 * fifth : -fifth] or curve[:1]
     gain = statistics.fmean(a for _, a in last) - statistics.fmean(a for _, a in before)
     return gain, statistics.fmean(r for r, _ in last) - statistics.fmean(r for r, _ in before)
 
 
 def curve_trend(curve: Sequence[tuple[int, float]]) -> str:
-    """"flat", "rising", "peaked" or "short" (too few evaluations to tell) for (round, accuracy in %) points, by the
+    """ "flat", "rising", "peaked" or "short" (too few evaluations to tell) for (round, accuracy in %) points, by the
     rule above."""
     if len(curve) < MIN_EVALUATIONS:
         return "short"
     gain, apart = curve_gain(curve)
     if gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS):
         return "rising"
-    last = curve[-(len(curve) // 5):]
+    last = curve[-(len(curve) // 5) :]
     return "peaked" if max(a for _, a in last) < max(a for _, a in curve) - PEAK_POINTS else "flat"
 
 
@@ -128,57 +142,89 @@ def cell_trend(runs: Sequence[Path], point: Optional[str] = None) -> str:
     return curve_trend([(p["round"], 100 * p["acc"]) for p in mean_curve(runs, point)]) if runs else ""
 
 
-POINT_TEXT = {"start": "at the start of each round (each client's personalized model after the broadcast, before local "
-                       "training: PFLlib's point)",
-              "after-local": "right after each trained client's local update (FedPAC's released code, FL-bench)",
-              "both": "at the start of each round (the headline) and after local training"}
+POINT_TEXT = {
+    "start": "at the start of each round (each client's personalized model after the broadcast, before local "
+    "training: PFLlib's point)",
+    "after-local": "right after each trained client's local update (FedPAC's released code, FL-bench)",
+    "both": "at the start of each round (the headline) and after local training",
+}
 
 
 def run_facts(runs: Sequence[Path]) -> list[str]:
     """Caption lines naming what the finished runs have in common or not: evaluation point and data copy."""
     summaries = [summary_of(run) for run in runs]
     points = sorted({s.get("eval_point", "start") for s in summaries})
-    origins = sorted({f"{s['data_origin']} (sha256 {s['data_file_sha256'][:12]}…)" for s in summaries
-                      if s.get("data_origin")})
-    lines = [f"Evaluated {POINT_TEXT[p]}" + (f" in the runs with eval.point = {p}" if len(points) > 1 else "") + "."
-             for p in points] if summaries else []
+    origins = sorted(
+        {f"{s['data_origin']} (sha256 {s['data_file_sha256'][:12]}…)" for s in summaries if s.get("data_origin")}
+    )
+    lines = (
+        [
+            f"Evaluated {POINT_TEXT[p]}" + (f" in the runs with eval.point = {p}" if len(points) > 1 else "") + "."
+            for p in points
+        ]
+        if summaries
+        else []
+    )
     if origins:
         lines.append(f"Data: {'; '.join(origins)}.")
-    devices = sorted({read_toml(run / "config.toml").get("run", {}).get("device", "cpu")
-                      for run in runs if (run / "config.toml").is_file()})
+    devices = sorted(
+        {
+            read_toml(run / "config.toml").get("run", {}).get("device", "cpu")
+            for run in runs
+            if (run / "config.toml").is_file()
+        }
+    )
     if any(device != "cpu" for device in devices):  # a GPU rounds differently from a CPU
         lines.append(f"Ran on: {', '.join(devices)} (run.device).")
     return lines
 
 
-def point_cells(runs: Sequence[Path], summaries: Sequence[dict], last_k: Optional[int],
-                point: Optional[str] = None) -> list[str]:
+def point_cells(
+    runs: Sequence[Path], summaries: Sequence[dict], last_k: Optional[int], point: Optional[str] = None
+) -> list[str]:
     """One evaluation point's cells of a table cell: best (with its trend mark), last, and the mean of the last k
     rounds if asked; at `point` ("after-local": the summaries' keys ending in _after), else each run's own."""
     suffix = AFTER if point == "after-local" else ""
     trend = TREND_MARKS[cell_trend(runs, point)] if runs else ""
-    cells = [cell([100 * s["best_acc" + suffix] for s in summaries]) + trend,
-             cell([100 * s["last_acc" + suffix] for s in summaries])]
+    cells = [
+        cell([100 * s["best_acc" + suffix] for s in summaries]) + trend,
+        cell([100 * s["last_acc" + suffix] for s in summaries]),
+    ]
     if last_k:
         cells.append(cell([100 * mean_of_last(d, last_k, point, rounds=True) for d in runs]))
     return cells
 
 
-def paper_table(out: Path, columns: Mapping[str, str], rows: Sequence[str], paper: Mapping[str, Mapping[str, float]],
-                *, last_k: Optional[int] = None, column_rows: Optional[Mapping[str, Optional[Sequence[str]]]] = None,
-                paper_point: Optional[str] = None) -> tuple[list[str], set[int]]:
+def paper_table(
+    out: Path,
+    columns: Mapping[str, str],
+    rows: Sequence[str],
+    paper: Mapping[str, Mapping[str, float]],
+    *,
+    last_k: Optional[int] = None,
+    column_rows: Optional[Mapping[str, Optional[Sequence[str]]]] = None,
+    paper_point: Optional[str] = None,
+) -> tuple[list[str], set[int]]:
     """Markdown lines: per column ours (best, last, and the mean of the last k rounds if asked) beside the paper's
     number; and the set of round counts the finished runs used. A row outside a column's `column_rows` shows
     "n/a" there (not part of that column), where "not run" means a cell still to run. Runs measured at both points
     show the after-local point's columns too; `paper_point` "after-local" takes the gap to the paper there."""
-    both = any(summary_of(d).get("eval_point") == "both" for c in columns for m in rows for d in finished_runs(out / c, m))
+    both = any(
+        summary_of(d).get("eval_point") == "both" for c in columns for m in rows for d in finished_runs(out / c, m)
+    )
     after_gap = both and paper_point == "after-local"
     last_k_label = [f"mean of last {last_k} rounds"] if last_k else []
-    per_column = (["ours (best)", "last"] + last_k_label
-                  + (["after local: best", "last"] + last_k_label if both else [])
-                  + ["paper", "after local: best - paper" if after_gap else "best - paper"])
-    header = "| method | " + " | ".join(f"{columns[c]} {h}" if i == 0 else h
-                                        for c in columns for i, h in enumerate(per_column)) + " |"
+    per_column = (
+        ["ours (best)", "last"]
+        + last_k_label
+        + (["after local: best", "last"] + last_k_label if both else [])
+        + ["paper", "after local: best - paper" if after_gap else "best - paper"]
+    )
+    header = (
+        "| method | "
+        + " | ".join(f"{columns[c]} {h}" if i == 0 else h for c in columns for i, h in enumerate(per_column))
+        + " |"
+    )
     lines = [header, "|---|" + "---|" * (len(per_column) * len(columns))]
     row_rounds: dict[str, set[int]] = {}
     row_cells: dict[str, list[str]] = {}
@@ -239,9 +285,15 @@ def distillation_lines(out: Path) -> list[str]:
             continue
         kept = [float(r["kd_val_gain"]) for r in distilled if float(r["kd_accepted"]) == 1]
         gain = f", validation {statistics.fmean(kept):+.2f} points on average when kept" if kept else ""
-        lines.append(f"- {summary.parent.relative_to(out)}: kept in {len(kept)} of {len(distilled)} distillation rounds "
-                     f"(rounds {int(distilled[0]['round'])}-{int(distilled[-1]['round'])}){gain}")
+        lines.append(
+            f"- {summary.parent.relative_to(out)}: kept in {len(kept)} of {len(distilled)} distillation rounds "
+            f"(rounds {int(distilled[0]['round'])}-{int(distilled[-1]['round'])}){gain}"
+        )
     if not lines:
         return []
-    return ["", "Server distillation (with method.kd_keep = \"validated\", the distilled global adapter is kept only if it "
-            "beats the plain average on the server's validation split; with \"last\", always):", ""] + lines
+    return [
+        "",
+        'Server distillation (with method.kd_keep = "validated", the distilled global adapter is kept only if it '
+        'beats the plain average on the server\'s validation split; with "last", always):',
+        "",
+    ] + lines
