@@ -71,9 +71,11 @@ def main() -> None:
     shares = [int(s) for s in args.shares.split(",")]
     where = "CPU check (synthetic data, worker processes)" if args.check else torch.cuda.get_device_name(0)
     lines = [
-        f"machine: {platform.machine()}, {where}; torch {torch.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"machine: {platform.machine()}, {where}; torch {torch.__version__}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        f"{'synthetic, FedAvg (mlp)' if args.check else f'CIFAR-10, FedAvg ({args.model})'}, 16 clients all trained each round, batch 10, 1 epoch; "
+        f"{'synthetic, FedAvg (mlp)' if args.check else f'CIFAR-10, FedAvg ({args.model})'}, "
+        "16 clients all trained each round, batch 10, 1 epoch; "
         f"mean of rounds 1..{args.rounds - 1}",
         "",
         "| clients at once | s / round (train + eval) | accuracy after the last round |",

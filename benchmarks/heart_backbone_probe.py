@@ -3,7 +3,8 @@ suite's quarter of Fashion-MNIST, (a) adapters, block BatchNorms and head only (
 (b) every weight (what the FedAvg-FT, FedPer and FedBABU rows train). No federation: each number is what one
 training set-up reaches on all the clients' data pooled, the ceiling the federated rows approach.
 
-Usage: python benchmarks/heart_backbone_probe.py [--epochs 5] [--backbone benchmarks/results/heart_table1/backbone_mnist.pt]
+Usage: python benchmarks/heart_backbone_probe.py [--epochs 5]
+           [--backbone benchmarks/results/heart_table1/backbone_mnist.pt]
 Writes benchmarks/results/heart_diagnosis/backbone_probe.txt.
 """
 
@@ -19,12 +20,12 @@ from pfedkit.data.federated import keep_fraction
 from pfedkit.data.sources import load_dataset
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.experiments.suites import SUITES
-
-HEART = SUITES["heart-table1"]
 from pfedkit.methods.base import frozen
 from pfedkit.models import build_model
 from pfedkit.models.adapters import is_trainable
 from pfedkit.seeding import derive_seed, torch_generator
+
+HEART = SUITES["heart-table1"]
 
 HERE = Path(__file__).resolve().parent
 

@@ -65,7 +65,8 @@ def main() -> None:
         f"seconds (best of 3): {best:.3f}   all: {', '.join(f'{s:.3f}' for s, _ in runs)}",
         f"client size: min {sizes.min()}  median {int(np.median(sizes))}  max {sizes.max()}",
         f"seeds 0-19: {len(first_draw)}/20 meet min_samples on the first draw; their smallest client: "
-        f"min {min(first_draw, default=0)}  median {int(np.median(first_draw or [0]))}  max {max(first_draw, default=0)}",
+        f"min {min(first_draw, default=0)}  median {int(np.median(first_draw or [0]))}  "
+        f"max {max(first_draw, default=0)}",
         f"beta 0.05 (default minimum out of reach; PFLlib keeps redrawing): {fail}",
         f"{'PASS' if best < TARGET_S and sizes.min() >= min_samples else 'FAIL'}: target < {TARGET_S:.0f} s",
     ]

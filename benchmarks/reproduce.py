@@ -3,7 +3,8 @@ and the data in ../shared/data. Any `pfedkit reproduce` option may follow and ov
 
 Usage: python benchmarks/reproduce.py fedafk-table3 [--rows fedafk,fedrep] [--seeds 0,1] [--table-only] ...
        python benchmarks/reproduce.py --claims   (the claims table of every suite, written into docs/REPRODUCTION.md)
-       python benchmarks/reproduce.py fedafk-cifar10 --scale long ...   (results in benchmarks/results/fedafk_cifar10_long/)
+       python benchmarks/reproduce.py fedafk-cifar10 --scale long ...
+           (results in benchmarks/results/fedafk_cifar10_long/)
        python benchmarks/reproduce.py --list
 """
 

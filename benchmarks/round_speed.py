@@ -5,7 +5,8 @@ test split evaluated. Also reports the batch-10 training throughput as a fractio
 batch-256 throughput on this machine (the better of: the engine at batch 256, a plain 2-thread loop).
 Targets: <= 25 s per round in total; >= 0.75 of the batch-256 throughput.
 
-Usage: python benchmarks/round_speed.py [--data-root ../shared/data] [--rounds 3] [--out benchmarks/results/round_speed.txt]
+Usage: python benchmarks/round_speed.py [--data-root ../shared/data] [--rounds 3]
+           [--out benchmarks/results/round_speed.txt]
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def main() -> None:
         f"train  s/round: {train_s:7.2f}   ({rate_10:,.0f} samples/s at batch 10)",
         f"eval   s/round: {eval_s:7.2f}",
         f"total  s/round: {total:7.2f}   target <= 25 s: {'PASS' if total <= 25 else 'FAIL'}",
-        f"batch-256 samples/s: engine {rate_256_engine:,.0f}, plain {torch.get_num_threads()}-thread loop {rate_256_plain:,.0f}",
+        f"batch-256 samples/s: engine {rate_256_engine:,.0f}, "
+        f"plain {torch.get_num_threads()}-thread loop {rate_256_plain:,.0f}",
         f"batch-10 / batch-256 throughput: {ratio:.3f}   target >= 0.75: {'PASS' if ratio >= 0.75 else 'FAIL'}",
         "per round (round, train_s, eval_s): "
         + ", ".join(f"({r['round']}, {r['train_s']:.2f}, {r['eval_s']:.2f})" for r in rows),

@@ -1,4 +1,4 @@
-"""The `pfedkit` command: run, compare, tune, reproduce, partition, data, methods, demo."""
+"""The `pfedkit` command: run, compare, tune, reproduce, curves, partition, data, pretrain, methods, flower, demo."""
 
 from __future__ import annotations
 
@@ -186,7 +186,8 @@ def partition(config: str, overrides: tuple[str, ...], root: Optional[str], plot
     for cid in range(fed.num_clients):
         labels = " ".join(f"{k}:{int(c)}" for k, c in enumerate(counts[cid]) if c)
         click.echo(
-            f"{cid:>6} {fed.train_sizes()[cid]:>6} {fed.test_sizes()[cid]:>6} {int((counts[cid] > 0).sum()):>8}  {labels}"
+            f"{cid:>6} {fed.train_sizes()[cid]:>6} {fed.test_sizes()[cid]:>6} "
+            f"{int((counts[cid] > 0).sum()):>8}  {labels}"
         )
     path = save_partition_heatmap(
         counts, Path(plot), title=f"{fed.name} {cfg.partition.scheme} ({fed.num_clients} clients)"
@@ -595,7 +596,8 @@ def demo(out: str, rounds: Optional[int], quiet: bool) -> None:
     table, plot = run_demo(Path(out), rounds=rounds, progress=not quiet)
     click.echo(table)
     click.echo(
-        f"\nplot: {plot}\nrun folders (each runnable again with `pfedkit run <folder>/config.toml --out NEW`): {out}/<method>/seed0"
+        f"\nplot: {plot}\nrun folders (each runnable again with `pfedkit run <folder>/config.toml --out NEW`): "
+        f"{out}/<method>/seed0"
     )
 
 

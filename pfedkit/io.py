@@ -1,4 +1,5 @@
-"""Files as results are written and read: atomic writes (a reader sees the old file or the new one, never half) and CSV."""
+"""Files as results are written and read: atomic writes (a reader sees the old file or the new one, never half)
+and CSV."""
 
 from __future__ import annotations
 

@@ -131,7 +131,10 @@ def mmd_by_hand(a, b, kernels=5, mul=2.0):
     n = len(pooled)
     sq = [[float((u - v).pow(2).sum()) for v in pooled] for u in pooled]
     base = sum(sq[i][j] for i in range(n) for j in range(n) if i != j) / (n * n - n) / mul ** (kernels // 2)
-    k = lambda i, j: sum(math.exp(-sq[i][j] / (base * mul**t)) for t in range(kernels))
+
+    def k(i, j):
+        return sum(math.exp(-sq[i][j] / (base * mul**t)) for t in range(kernels))
+
     m = len(a)
     xx = sum(k(i, j) for i in range(m) for j in range(m)) / m**2
     yy = sum(k(i, j) for i in range(m, n) for j in range(m, n)) / m**2

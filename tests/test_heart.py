@@ -127,11 +127,11 @@ import torch.nn.functional as F  # noqa: E402
 from pfedkit.methods.distillation import ensemble_log_probs, pgd_attack, symmetric_kl  # noqa: E402
 from pfedkit.methods.heart import alignment_loss  # noqa: E402
 from pfedkit.models.adapters import trainable_names  # noqa: E402
-from pfedkit.records import (
+from pfedkit.records import (  # noqa: E402
     ClientData,
     MethodContext,
     ServerData,
-    TrainSettings,  # noqa: E402
+    TrainSettings,
 )
 
 

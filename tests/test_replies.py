@@ -1,4 +1,5 @@
-"""Replies taken as they arrive (run.reply_memory_mb): folded into a running mean, or kept on disk, never changing a number."""
+"""Replies taken as they arrive (run.reply_memory_mb): folded into a running mean, or kept on disk, never changing
+a number."""
 
 from __future__ import annotations
 

@@ -108,8 +108,9 @@ class SpilledStates:
         expected = self.trained.get(cid)
         if expected is not None and expected < before_round and version != expected:
             raise PfedkitError(
-                f"client {cid}'s state after round {expected} is missing ({store.path(expected)}): the run cannot go on "
-                f"exactly without it (starting the client afresh would change every result from round {expected + 1}); "
+                f"client {cid}'s state after round {expected} is missing ({store.path(expected)}): "
+                "the run cannot go on exactly without it "
+                f"(starting the client afresh would change every result from round {expected + 1}); "
                 "restore that file, or start the run again in a new --out"
             )
         if state is not None:

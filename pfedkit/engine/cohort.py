@@ -346,7 +346,7 @@ class Cohort:
                 losses = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(valid.shape)
                 correct.index_add_(0, index, hits)
                 loss.index_add_(0, index, (losses * valid).sum(1).double())
-        return [(int(c), float(l), int(n)) for c, l, n in zip(correct.tolist(), loss.tolist(), counts.tolist())]
+        return [(int(c), float(s), int(n)) for c, s, n in zip(correct.tolist(), loss.tolist(), counts.tolist())]
 
 
 def cohort_settings(run: Any, device: torch.device) -> bool:

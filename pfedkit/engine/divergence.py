@@ -1,4 +1,5 @@
-"""A run that goes non-finite stops at once, naming where, instead of training on NaN and reporting round 0's accuracy."""
+"""A run that goes non-finite stops at once, naming where, instead of training on NaN and reporting round 0's
+accuracy."""
 
 from __future__ import annotations
 

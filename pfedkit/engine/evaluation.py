@@ -29,7 +29,7 @@ def summarize_round(per_client: Mapping[int, tuple[int, float, int]]) -> dict[st
     per_client = {cid: per_client[cid] for cid in sorted(per_client)}  # sums in client order, whatever finished first
     correct = sum(c for c, _, _ in per_client.values())
     total = sum(n for _, _, n in per_client.values())
-    loss = sum(l for _, l, _ in per_client.values())
+    loss = sum(s for _, s, _ in per_client.values())
     client_accs = [c / n for c, _, n in per_client.values() if n > 0]
     return {
         "acc": correct / max(total, 1),

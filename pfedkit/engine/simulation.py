@@ -209,7 +209,8 @@ class RoundLoop:
         if differences:
             raise PfedkitError(
                 f"{self.out / CHECKPOINT} was written by another run than the one {self.out / 'config.toml'} describes "
-                f"({'; '.join(differences[:4])}{'; ...' if len(differences) > 4 else ''}), so resuming would mix the two; "
+                f"({'; '.join(differences[:4])}{'; ...' if len(differences) > 4 else ''}), "
+                "so resuming would mix the two; "
                 "put this run's own checkpoint back, or start a new --out"
             )
 
@@ -234,7 +235,8 @@ class RoundLoop:
                     raise PfedkitError(
                         f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
                         f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
-                        f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved; more rounds alone, "
+                        f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved; "
+                        "more rounds alone, "
                         "--set train.rounds=N, carry a finished run on) or start a new --out"
                     )
                 given = self.config.data.checksum
@@ -248,7 +250,8 @@ class RoundLoop:
             raise PfedkitError(f"{self.out} already holds a run; pass --resume to continue it, or choose another --out")
         elif not self.force and (foreign := self.foreign_files()):
             raise PfedkitError(
-                f"{self.out} holds files pfedkit did not write ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
+                f"{self.out} holds files pfedkit did not write "
+                f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
                 f"a run writes {', '.join(RUN_FILES[:4])} and more there, replacing any of that name: choose an empty "
                 "or new --out, or pass --force to write beside them"
             )
@@ -276,7 +279,8 @@ class RoundLoop:
         if old.eval.point != "start" and last % every:
             raise PfedkitError(
                 f"{self.out} measured after local training in its last training round ({last}) only because it was "
-                f"the last; a longer run does not (eval.every {every}), so carrying it on to {self.config.train.rounds} "
+                f"the last; a longer run does not (eval.every {every}), "
+                f"so carrying it on to {self.config.train.rounds} "
                 "rounds would not give that run: start a new --out"
             )
 
@@ -286,7 +290,8 @@ class RoundLoop:
         if expected and checksum != expected:
             raise DataError(
                 f"the {self.config.data.dataset} data under {self.config.data.root} are not the data this run was made "
-                f"with (expected {expected}, found {checksum}); point --data-root at the run's data, or start a new --out"
+                f"with (expected {expected}, found {checksum}); "
+                "point --data-root at the run's data, or start a new --out"
             )
         self.config.data.checksum = checksum
 
@@ -545,6 +550,7 @@ class RoundLoop:
             "protocol": cfg.eval.protocol,
             "eval_point": cfg.eval.point,
             "seed": cfg.run.seed,
+            **({"repeat": cfg.run.repeat} if cfg.run.repeat else {}),  # one config's repeat (the noise floor's runs)
             "rounds": cfg.train.rounds,
             "clients": self.num_clients,
             **({"evaluated_per_round": min(cfg.eval.clients, self.num_clients)} if cfg.eval.clients else {}),

@@ -40,7 +40,10 @@ def safe_load(path: Path, what: str, fix: str) -> Any:
     try:
         return torch.load(path, weights_only=True)
     except pickle.UnpicklingError:
-        reason = "it holds Python objects that a safe load does not run (a file pfedkit did not write, perhaps made to run code)"
+        reason = (
+            "it holds Python objects that a safe load does not run "
+            "(a file pfedkit did not write, perhaps made to run code)"
+        )
     except Exception as err:  # files are only ever replaced whole, so this is outside damage
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         reason = "it is damaged" if "weights_only" in first else f"it is damaged ({first})"
@@ -55,7 +58,8 @@ SECRET_FLAGS = ("token", "key", "password", "secret")
 
 
 def shown_command(argv: list[str], limit: int = 300) -> str:
-    """The command line for a person to recognise, with the values of secret-looking options (Flower's --token) hidden."""
+    """The command line for a person to recognise, with the values of secret-looking options (Flower's --token)
+    hidden."""
     shown, hide = [], False
     for arg in argv:
         if hide:

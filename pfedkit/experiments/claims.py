@@ -138,7 +138,7 @@ def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point
 
 
 def saved_config(run: Path) -> dict[str, Any]:
-    """The run's config.toml as flat keys, with the defaults of keys added since it ran (an absent key is its default)."""
+    """The run's config.toml as flat keys, with the defaults of keys added since it ran (absent: the default)."""
     if not (run / "config.toml").exists():
         return {}
     raw = read_toml(run / "config.toml")

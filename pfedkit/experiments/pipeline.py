@@ -107,7 +107,8 @@ def run_configs(
         if resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
             summaries[run_dir] = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
             log(
-                f"{run_dir} diverged in round {summaries[run_dir]['diverged']['round']} (delete the folder to run it again)"
+                f"{run_dir} diverged in round {summaries[run_dir]['diverged']['round']} "
+                "(delete the folder to run it again)"
             )
             continue
         if data_identity(cfg) != fed_key:
@@ -126,7 +127,7 @@ def run_configs(
 REUSED = "reused.json"  # in a run folder copied from an identical finished run: where it came from
 CONTINUED = "continued.json"  # in a run folder that carries on a copy of a shorter finished run: where it came from
 NOT_COPIED = (CHECKPOINT, ".pfedkit.lock", ".pfedkit-owner.json")  # a finished run's leftovers, not its results
-# what a run carried on redoes: its ending (the summary and clients.csv are rewritten at the new end), the copies' records
+# what a carried-on run redoes: its ending (summary and clients.csv rewritten at the new end), the copies' records
 NOT_CARRIED_ON = (
     ".pfedkit.lock",
     ".pfedkit-owner.json",

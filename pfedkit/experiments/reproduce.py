@@ -92,8 +92,8 @@ class Suite:
         return self.row_changes.get(row, {}).get("method", {}).get("name", row)
 
     def pretrain_at(self, scale: str) -> Optional[Mapping[str, Any]]:
-        """The backbone to pretrain at `scale`: the suite's [pretrain] with the scale's keys in place of its own (another
-        model with its own options, more epochs)."""
+        """The backbone to pretrain at `scale`: the suite's [pretrain] with the scale's keys in place of its own
+        (another model with its own options, more epochs)."""
         return {**self.pretrain, **self.scales[scale].pretrain} if self.pretrain else None
 
     def cells(self, columns: Sequence[str], rows: Sequence[str]) -> list[tuple[str, str]]:
@@ -123,9 +123,9 @@ def cell_config(
 
 
 def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "small") -> list[str]:
-    """How the rows an "above" or "margin" claim compares differ beyond what it names (`differ_in`): every config key of the
-    first row against each other row's. Two different methods are compared on everything but their hyper-parameters;
-    a method and its variant or subclass (HEART-PFL and PerAda) on their shared hyper-parameters too."""
+    """How the rows an "above" or "margin" claim compares differ beyond what it names (`differ_in`): every config
+    key of the first row against each other row's. Two different methods are compared on everything but their
+    hyper-parameters; a method and its variant or subclass (HEART-PFL and PerAda) on their shared ones too."""
     from pfedkit.config import flat
     from pfedkit.registry import method_class, with_method_values
 
@@ -199,7 +199,10 @@ def missing_data(raw: Mapping[str, Any]) -> Optional[str]:
             check_dataset(name, raw["data"].get("root"))
         except DataError as err:
             root = f" --data-root {raw['data']['root']}" if raw["data"].get("root") else ""
-            return f"{name} is missing or corrupt ({str(err).splitlines()[0]}); get it with `pfedkit data fetch {name}{root}`"
+            return (
+                f"{name} is missing or corrupt ({str(err).splitlines()[0]}); "
+                f"get it with `pfedkit data fetch {name}{root}`"
+            )
     return None
 
 
@@ -565,7 +568,8 @@ def describe(suite: Suite) -> str:
             " (some rows more)" if total_rounds > len(cells) * rounds else ""
         )
         if scale.round_s:
-            estimate = f"~{scale.round_s:.0f} s/round per row here, ~{total_rounds * scale.round_s / 3600:.1f} h for {runs} per seed"
+            hours = total_rounds * scale.round_s / 3600
+            estimate = f"~{scale.round_s:.0f} s/round per row here, ~{hours:.1f} h for {runs} per seed"
         else:
             estimate = f"{runs} per seed; not timed here (needs a GPU or days on 2 cores)"
         lines.append(f"  {name:>5}: {estimate}; {scale.about}")

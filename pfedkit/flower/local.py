@@ -260,8 +260,8 @@ def run_loopback(
             time.sleep(1.0)
             for cid, code in fed.reap_dead_nodes():
                 log(
-                    f"the node of client {cid} stopped (exit code {code}; see {workdir / f'node-{cid}.log'}): rounds go "
-                    "on without its replies, as Flower leaves out a node that does not answer"
+                    f"the node of client {cid} stopped (exit code {code}; see {workdir / f'node-{cid}.log'}): "
+                    "rounds go on without its replies, as Flower leaves out a node that does not answer"
                 )
             if (done := rounds_done(metrics)) != seen:
                 seen = done

@@ -99,8 +99,9 @@ class FlowerRun(RoundLoop):
                 if self.nodes and len(self.nodes) >= want:
                     return
                 raise PfedkitError(
-                    f"{len(self.nodes)} of the {want} clients needed connected within {self.settings.connect_timeout:.0f} s "
-                    f"(client ids seen: {sorted(self.nodes)}); start more SuperNodes or lower min-clients in the run config"
+                    f"{len(self.nodes)} of the {want} clients needed connected "
+                    f"within {self.settings.connect_timeout:.0f} s (client ids seen: {sorted(self.nodes)}); "
+                    "start more SuperNodes or lower min-clients in the run config"
                 )
             time.sleep(1.0)
 

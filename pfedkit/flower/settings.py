@@ -94,7 +94,8 @@ def _toml(value: Any) -> str:
 
 
 def write_app(folder: str | Path, settings: RunSettings) -> Path:
-    """The Flower app folder (one pyproject.toml) for `flwr run FOLDER <federation>`; the code is the installed pfedkit."""
+    """The Flower app folder (one pyproject.toml) for `flwr run FOLDER <federation>`; the code is the installed
+    pfedkit."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     lines = [

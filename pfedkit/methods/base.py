@@ -181,7 +181,7 @@ class Method:
             valid = f"method {cls.name}'s hyper-parameters: {', '.join(cls.Params.model_fields) or 'none'}"
             raise ConfigError(describe_validation_error(err, "method.", lambda loc: valid)) from None
 
-    # ---- the five messages-and-state hooks; the engine calls these ----
+    # ---- the messages-and-state hooks; the engine calls these (payload wraps broadcast) ----
     def init_server(self) -> State:
         return {}
 
@@ -379,7 +379,8 @@ class Method:
     def batches(
         self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None, drop_single: bool = False
     ) -> Iterator[torch.Tensor]:
-        """Index batches over `epochs` shuffled passes of the client's training set, seeded by (seed, round, client, purpose)."""
+        """Index batches over `epochs` shuffled passes of the client's training set, seeded by (seed, round, client,
+        purpose)."""
         gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
         n, bs = data.num_train, self.ctx.train.batch_size
         for _ in range(self.ctx.train.local_epochs if epochs is None else epochs):

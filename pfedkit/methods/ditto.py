@@ -17,13 +17,15 @@ class DittoParams(HyperParams):
     prox_weight: float = Field(
         0.1,
         gt=0,
-        description="lambda of the personal objective; our choice in the Ditto paper's grid {0.05, 0.1, 0.2, 0.5, 1, 2}",
+        description="lambda of the personal objective; "
+        "our choice in the Ditto paper's grid {0.05, 0.1, 0.2, 0.5, 1, 2}",
         json_schema_extra=searched(0.05, 2.0, log=True, source="the Ditto paper's grid {0.05, ..., 2}"),
     )
     personal_epochs: int = Field(
         1,
         ge=1,
-        description="epochs on the personal model per round; our choice, as PFLlib (the paper runs as many as the global)",
+        description="epochs on the personal model per round; "
+        "our choice, as PFLlib (the paper runs as many as the global)",
     )
 
 

@@ -46,11 +46,13 @@ class FedAFKParams(HyperParams):
     )
     teacher: Literal["received", "current"] = Field(
         "received",
-        description="KL teacher: the received global extractor (Eq. 5; docs/methods.md 1.5-c) or its concurrently updated copy",
+        description="KL teacher: the received global extractor (Eq. 5; docs/methods.md 1.5-c) "
+        "or its concurrently updated copy",
     )
     mu_gradient: Literal["exact", "apfl"] = Field(
         "exact",
-        description="exact: autograd through the mixed extractor; apfl: PFLlib's APFL approximation (docs/methods.md 1.3-c)",
+        description="exact: autograd through the mixed extractor; "
+        "apfl: PFLlib's APFL approximation (docs/methods.md 1.3-c)",
     )
     mix_buffers: bool = Field(
         True, description="also mix BatchNorm running statistics with mu; docs/methods.md 1.3 step 3 (recommended)"
@@ -106,8 +108,9 @@ def clip_unit(value: float, fallback: float) -> float:
 
 
 def feature_kl(student: torch.Tensor, teacher: torch.Tensor, vmapped: bool = False) -> torch.Tensor:
-    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (docs/methods.md 1.5-a). Under vmap
-    (a cohort) written out, since torch's kl_div has no batching rule there and would run client by client."""
+    """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (docs/methods.md 1.5-a).
+    Under vmap (a cohort) written out, since torch's kl_div has no batching rule there and would run client by
+    client."""
     if vmapped:
         target = F.softmax(teacher, -1)
         return (torch.xlogy(target, target) - target * F.log_softmax(student, -1)).sum() / student.shape[0]
@@ -220,7 +223,7 @@ class FedAFK(PartSharing):
         teacher: torch.Tensor | None,
     ) -> float:
         if self.params.mu_gradient == "apfl":
-            # PFLlib's APFL approximation: <theta_i - theta_G, mu * grad_i + (1 - mu) * grad_G>, with this batch's grads.
+            # PFLlib's APFL approximation: <theta_i - theta_G, mu * grad_i + (1 - mu) * grad_G>, this batch's grads.
             with torch.no_grad():
                 return sum(
                     float(((pi - pg) * (mu * pi.grad + (1 - mu) * pg.grad)).sum())

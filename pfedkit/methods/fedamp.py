@@ -28,7 +28,8 @@ class FedAMPParams(HyperParams):
     alpha_k: float = Field(
         1.0,
         gt=0,
-        description="alpha_k, the server's step on the attention term: scales xi_ij and the proximal weight; PFLlib default (alphaK 1)",
+        description="alpha_k, the server's step on the attention term: scales xi_ij and the proximal weight; "
+        "PFLlib default (alphaK 1)",
     )
     lamda: float = Field(
         1.0,
@@ -41,9 +42,10 @@ class FedAMPParams(HyperParams):
 def attention_weights(models: list[State], alpha_k: float, sigma: float) -> torch.Tensor:
     """xi (m x m): xi_ij = alpha_k * exp(-||w_i - w_j||^2 / sigma) / sigma off the diagonal, rows summing to 1.
 
-    xi_ii is negative when many models lie within about sigma of each other (it cannot be for alpha_k <= sigma / (m - 1)),
-    and u_i is then an extrapolation rather than a convex combination: the paper's formula, kept as is (measured on
-    digits with smallcnn and the defaults: xi_ii between -13 and -8 after the first round).
+    xi_ii is negative when many models lie within about sigma of each other (it cannot be for
+    alpha_k <= sigma / (m - 1)), and u_i is then an extrapolation rather than a convex combination: the paper's
+    formula, kept as is (measured on digits with smallcnn and the defaults: xi_ii between -13 and -8 after the first
+    round).
     """
     flat = torch.stack([torch.cat([m[k].reshape(-1) for k in sorted(m)]).double() for m in models])
     squared = torch.cdist(flat, flat).pow(2)
@@ -56,7 +58,10 @@ def attention_weights(models: list[State], alpha_k: float, sigma: float) -> torc
 @register
 class FedAMP(Method):
     name = "fedamp"
-    summary = "personal models; the server sends each an attention-weighted cloud model, the client trains with a proximal term to it"
+    summary = (
+        "personal models; the server sends each an attention-weighted cloud model, "
+        "the client trains with a proximal term to it"
+    )
     Params = FedAMPParams
     logged = ("self_weight",)  # mean xi_ii of the last aggregation: below 0, the cloud models extrapolate
 

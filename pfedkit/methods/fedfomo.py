@@ -49,7 +49,8 @@ class FedFomoParams(HyperParams):
     )
     distance: Literal["l2", "l1"] = Field(
         "l2",
-        description="norm of theta_n - theta_i in the weight; the paper's ||.|| read as L2 (the official code defaults to L1)",
+        description="norm of theta_n - theta_i in the weight; "
+        "the paper's ||.|| read as L2 (the official code defaults to L1)",
     )
 
 

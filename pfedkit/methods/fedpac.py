@@ -62,7 +62,8 @@ class FedPACParams(HyperParams):
     )
     proto_class_weights: Literal["uniform", "label"] = Field(
         "uniform",
-        description="proto-softmax: classes weighted equally (report's Eq. 12) or by the prototype owner's label shares",
+        description="proto-softmax: classes weighted equally (report's Eq. 12) "
+        "or by the prototype owner's label shares",
     )
 
 

@@ -33,7 +33,8 @@ class FedPHPParams(HyperParams):
         0.05,
         ge=0,
         lt=1,
-        description="lambda, weight of the MMD transfer (CE gets 1 - lambda); authors' code grid {0.05, 0.1} for MMD, our choice 0.05 (PFLlib's default 1 zeroes the CE)",
+        description="lambda, weight of the MMD transfer (CE gets 1 - lambda); "
+        "authors' code grid {0.05, 0.1} for MMD, our choice 0.05 (PFLlib's default 1 zeroes the CE)",
     )
     mu_max: float = Field(
         0.9, ge=0, le=1, description="cap and slope of the HPM moving average mu; authors' code (0.9)"
@@ -49,8 +50,9 @@ class FedPHPParams(HyperParams):
 
 
 def mmd(source: torch.Tensor, target: torch.Tensor, kernels: int = 5, kernel_mul: float = 2.0) -> torch.Tensor:
-    """Biased MMD^2 between two equal-sized samples under a sum of RBF kernels exp(-d^2 / b_i), b_i = b * mul^(i - kernels//2),
-    b the mean squared distance over distinct pairs of the pooled sample (as a constant)."""
+    """Biased MMD^2 between two equal-sized samples under a sum of RBF kernels exp(-d^2 / b_i),
+    b_i = b * mul^(i - kernels//2), b the mean squared distance over distinct pairs of the pooled sample (as a
+    constant)."""
     pooled = torch.cat([source, target])
     squared = (pooled.unsqueeze(0) - pooled.unsqueeze(1)).pow(2).sum(2)
     n = pooled.shape[0]
@@ -64,7 +66,10 @@ def mmd(source: torch.Tensor, target: torch.Tensor, kernels: int = 5, kernel_mul
 @register
 class FedPHP(PartSharing):
     name = "fedphp"
-    summary = "FedAvg trained with MMD transfer from each client's inherited private model (HPM), a moving average of its local models"
+    summary = (
+        "FedAvg trained with MMD transfer from each client's inherited private model (HPM), "
+        "a moving average of its local models"
+    )
     Params = FedPHPParams
     shared = ("body", "head")
 

@@ -12,7 +12,8 @@ class FedProxParams(HyperParams):
     mu: float = Field(
         0.01,
         gt=0,
-        description="proximal weight; FedProx paper grid {0.001, 0.01, 0.1, 1}, our choice 0.01 (PFLlib's default 0 switches it off)",
+        description="proximal weight; FedProx paper grid {0.001, 0.01, 0.1, 1}, "
+        "our choice 0.01 (PFLlib's default 0 switches it off)",
         json_schema_extra=searched(0.001, 1.0, log=True, source="the FedProx paper's grid {0.001, 0.01, 0.1, 1}"),
     )
 

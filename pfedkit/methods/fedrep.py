@@ -13,7 +13,8 @@ class FedRepParams(HyperParams):
     head_epochs: int = Field(
         10,
         ge=1,
-        description="head epochs per round; our reading of FedRep Sec. 5 (its code's defaults give 9 head + 1 body); body epochs = train.local_epochs",
+        description="head epochs per round; our reading of FedRep Sec. 5 (its code's defaults give 9 head + 1 body); "
+        "body epochs = train.local_epochs",
         json_schema_extra=searched(1, 10, source="PFLlib's 1 to the FedRep paper's 10"),
     )
 

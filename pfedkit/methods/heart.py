@@ -39,7 +39,8 @@ class HeartParams(PerAdaParams):
     )
     alignment: Literal["paper", "code", "off"] = Field(
         "paper",
-        description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a mode P); code = logged only; off = ablation",
+        description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a mode P); "
+        "code = logged only; off = ablation",
     )
     align_weight: float = Field(
         0.1, ge=0, description="weight of L_HDA; code `align_lambda` = 0.1 (the paper does not state it)"
@@ -53,14 +54,16 @@ class HeartParams(PerAdaParams):
     clean_view: bool = Field(True, description="AKT's clean view (false: adversarial only, Fig. 5 ablation)")
     symmetric: bool = Field(
         True,
-        description="symmetric KL (Eq. 10); false = forward KL only, the code's effective loss (its reverse term is 0 on PyTorch 1.12, NaN now)",
+        description="symmetric KL (Eq. 10); false = forward KL only, the code's effective loss "
+        "(its reverse term is 0 on PyTorch 1.12, NaN now)",
     )
     pgd_eps: float = Field(8 / 255, ge=0, description="PGD radius in pixel units; code (torchattacks PGD) 8/255")
     pgd_alpha: float = Field(2 / 255, gt=0, description="PGD step; code 2/255")
     pgd_steps: int = Field(20, ge=1, description="PGD iterations; code `PGD(model, steps=20)`")
     pgd_space: Literal["pixel", "normalized"] = Field(
         "pixel",
-        description="pixel = attack in [0, 1] pixels then normalize (paper, Madry); normalized = the code's clamp of normalized inputs",
+        description="pixel = attack in [0, 1] pixels then normalize (paper, Madry); "
+        "normalized = the code's clamp of normalized inputs",
     )
     ensemble: Literal["logits", "probs"] = Field(
         "probs", description="teacher: mean of probabilities (paper Eq. 9) or softmax of mean logits (code)"
@@ -94,7 +97,10 @@ def alignment_loss(
 @register
 class HeartPFL(PerAda):
     name = "heart-pfl"
-    summary = "PerAda adapters + hierarchical directional alignment (cosine early, MSE deep) + adversarial symmetric-KL transfer on proxy data"
+    summary = (
+        "PerAda adapters + hierarchical directional alignment (cosine early, MSE deep) "
+        "+ adversarial symmetric-KL transfer on proxy data"
+    )
     Params = HeartParams
 
     # ---- client ----

@@ -24,13 +24,15 @@ class KNNPerParams(HyperParams):
     neighbors: int = Field(
         10,
         ge=1,
-        description="k, neighbours consulted; our choice (the paper studies k's effect; 10 as in its figures' middle range)",
+        description="k, neighbours consulted; "
+        "our choice (the paper studies k's effect; 10 as in its figures' middle range)",
     )
     knn_weight: float = Field(
         0.5,
         ge=0,
         le=1,
-        description="lambda, weight of the kNN distribution (the global model gets 1 - lambda); the paper tunes it per client on a grid, our fixed choice 0.5",
+        description="lambda, weight of the kNN distribution (the global model gets 1 - lambda); "
+        "the paper tunes it per client on a grid, our fixed choice 0.5",
     )
     scale: float = Field(
         1.0, gt=0, description="kernel scale: similarity exp(-d^2 / (feature_dim * scale)); authors' code default (1)"
@@ -60,7 +62,7 @@ class KNNInterpolated(nn.Module):
         k = min(self.neighbors, self.memory.shape[0])
         squared = torch.cdist(z, self.memory).pow(2)
         nearest, index = squared.topk(k, dim=1, largest=False)
-        # exp(-d^2 / (D scale)) normalized over the k neighbours, as a softmax so that far neighbours do not underflow to 0/0
+        # exp(-d^2 / (D scale)) normalized over the k neighbours as a softmax, so far neighbours do not underflow to 0/0
         weights = torch.softmax(-nearest / (z.shape[1] * self.scale), dim=1)
         return torch.zeros(z.shape[0], self.num_classes, dtype=z.dtype).scatter_add_(1, self.labels[index], weights)
 

@@ -38,7 +38,8 @@ class PerAdaParams(HyperParams):
     kd_rounds: int = Field(
         30,
         ge=0,
-        description="server distillation in rounds < kd_rounds, plain averaging after; code `kd_max_round` = 30 (0 = never)",
+        description="server distillation in rounds < kd_rounds, plain averaging after; "
+        "code `kd_max_round` = 30 (0 = never)",
     )
     kd_steps: int = Field(
         500, ge=1, description="proxy batches per distillation; code `total_n_server_pseudo_batches` = 500"
@@ -52,7 +53,8 @@ class PerAdaParams(HyperParams):
     )
     kd_keep: Literal["validated", "last"] = Field(
         "validated",
-        description="validated: the best validated student, kept only if it beats the average (the code's gate); last: the student after kd_steps, always (HEART Alg. 1 and PerAda's paper: no gate)",
+        description="validated: the best validated student, kept only if it beats the average (the code's gate); "
+        "last: the student after kd_steps, always (HEART Alg. 1 and PerAda's paper: no gate)",
     )
     ensemble: Literal["logits", "probs"] = Field(
         "logits", description="teacher: softmax of the mean logits (PerAda code) or mean of probabilities"
@@ -81,7 +83,10 @@ def distillation_outcome(accepted: int, gain: float) -> State:
 @register
 class PerAda(Method):
     name = "perada"
-    summary = "personalized adapters (proximal to the global adapter); global adapter = average, then distilled from the client ensemble on proxy data"
+    summary = (
+        "personalized adapters (proximal to the global adapter); "
+        "global adapter = average, then distilled from the client ensemble on proxy data"
+    )
     # each round's distillation outcome, in metrics.csv: 1 the distilled adapter was kept, 0 the average was, -1 no
     # distillation that round; and the validation accuracy (points) the kept student gained over the average
     logged = ("kd_accepted", "kd_val_gain")

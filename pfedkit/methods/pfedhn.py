@@ -28,7 +28,8 @@ class PFedHNParams(HyperParams):
     embed_dim: int = Field(
         6,
         ge=1,
-        description="client embedding size; authors' code uses 1 + clients/4 (6 for 20 clients): set it for other counts",
+        description="client embedding size; "
+        "authors' code uses 1 + clients/4 (6 for 20 clients): set it for other counts",
     )
     hidden: int = Field(100, ge=1, description="width of the hypernetwork's MLP; authors' code (hyper-hid 100)")
     hidden_layers: int = Field(3, ge=0, description="hidden layers after the first; authors' code (n-hidden 3)")
@@ -64,7 +65,10 @@ class HyperNetwork(nn.Module):
 @register
 class PFedHN(Method):
     name = "pfedhn"
-    summary = "a server hypernetwork generates each client's model from its embedding; client deltas are backpropagated through it"
+    summary = (
+        "a server hypernetwork generates each client's model from its embedding; "
+        "client deltas are backpropagated through it"
+    )
     Params = PFedHNParams
 
     @property

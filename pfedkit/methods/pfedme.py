@@ -2,8 +2,8 @@
 
 Per local step, the client approximately solves the inner problem theta = argmin f(theta; batch) +
 lambda/2 * ||theta - w||^2 with `inner_steps` gradient steps at `personal_lr`, then moves its local copy of
-the global model toward it: w <- w - lr * lambda * (w - theta). theta starts each round at the received global model. The server mixes:
-w_G <- (1 - beta) * w_G + beta * mean(w_i). The personalized theta is evaluated.
+the global model toward it: w <- w - lr * lambda * (w - theta). theta starts each round at the received global model.
+The server mixes: w_G <- (1 - beta) * w_G + beta * mean(w_i). The personalized theta is evaluated.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the period tau, and that head is broadcast at the start of the next round. A cli
 its own head with alpha_i minimizing CE of the mixed logits plus beta * gap * alpha^2 * KL on its embedding set
 (gap = rounds since its last adaptation). The head trains on local embeddings plus synthetic ones drawn from the
 server's class Gaussians; the body on CE + lambda * MSE to the global prototypes. The period moves by one step
-against the change of the mean alpha (APA). Choices the paper leaves open are settings below, each description naming its reading.
+against the change of the mean alpha (APA). Choices the paper leaves open are settings below, each description
+naming its reading.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class PGFedSplitParams(HyperParams):
     proto_distance: Literal["mse", "squared-norm"] = Field(
         "mse",
         description="Eq. 14's distance: mean squared error over the feature dimensions (nn.MSELoss, as FedPAC's "
-        "and PFLlib's code; docs/methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same lambda. Default "
-        "by experiment: at lambda 5 the squared norm collapses CIFAR-100 Dir(0.1) to 15.34% against 37.19 (REPRODUCTION.md)",
+        "and PFLlib's code; docs/methods.md 3.4-e) or the squared L2 norm as written, d times larger at the same "
+        "lambda. Default by experiment: at lambda 5 the squared norm collapses CIFAR-100 Dir(0.1) to 15.34% "
+        "against 37.19 (REPRODUCTION.md)",
     )
     period_init: int = Field(
         5,
@@ -81,7 +83,8 @@ class PGFedSplitParams(HyperParams):
     )
     gaussian_augmentation: bool = Field(
         True,
-        description="GAU: synthetic embeddings from the class Gaussians; false = local embeddings only (ablation w/o GAU)",
+        description="GAU: synthetic embeddings from the class Gaussians; "
+        "false = local embeddings only (ablation w/o GAU)",
     )
     variance_scaling: Literal["label", "none"] = Field(
         "label", description="gamma^2_il = (1 - q_il) / mean over present classes (docs/methods.md 3.4-a), or 1"
@@ -179,7 +182,10 @@ def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -
 @register
 class PGFedSplit(Method):
     name = "pgfedsplit"
-    summary = "body averaged each round, heads every tau rounds (adaptive), gap-aware head mixing, Gaussian-augmented head training"
+    summary = (
+        "body averaged each round, heads every tau rounds (adaptive), gap-aware head mixing, "
+        "Gaussian-augmented head training"
+    )
     Params = PGFedSplitParams
     logged = ("period", "alpha_prev")  # tau after this round, and the mean alpha of the latest head delivery
 

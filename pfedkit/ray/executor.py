@@ -57,7 +57,8 @@ def software() -> dict[str, str]:
 
 
 def owned(state: dict[str, Any]) -> dict[str, Any]:
-    """Tensors the driver owns: arrays from Ray's object store are read-only views, and a state may be changed in place."""
+    """Tensors the driver owns: arrays from Ray's object store are read-only views, and a state may be changed in
+    place."""
     return {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
 
 
@@ -166,7 +167,8 @@ class RayExecutor:
             raise
 
     def check_actors(self) -> list[dict[str, str]]:
-        """Where each actor runs; a node without pfedkit, or with another pfedkit or torch than the driver's, is an error."""
+        """Where each actor runs; a node without pfedkit, or with another pfedkit or torch than the driver's, is an
+        error."""
         try:
             placement = ray.get([a.where.remote() for a in self.actors])
         except (RayActorError, ray.exceptions.RayTaskError) as err:

@@ -276,7 +276,8 @@ def cost_table(out: Path, column: str, seed: int, rows: Sequence[str], clients: 
 
 def distillation_lines(out: Path) -> list[str]:
     """The table's note on server distillation (PerAda, HEART-PFL: metrics.csv's kd_accepted and kd_val_gain): per
-    finished run, in how many of the rounds that distilled the distilled model was kept, and its mean validation gain."""
+    finished run, in how many of the rounds that distilled the distilled model was kept, and its mean validation
+    gain."""
     lines = []
     for summary in sorted(out.rglob("summary.json")):
         rows = [r for r in read_csv(summary.parent / "metrics.csv") if r.get("kd_accepted") not in (None, "")]
