@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -207,3 +208,27 @@ def test_a_variant_is_its_base_under_another_name_with_only_the_named_defaults_c
     with pytest.raises(TypeError, match="no hyper-parameter kt_wieght"):
         variant(FedAFK, "test-typo", "never registered", kt_wieght=0.1)
     assert "test-typo" not in METHODS
+
+
+def test_one_purpose_shuffled_twice_in_a_clients_round_warns_and_no_method_does_it():
+    import warnings
+
+    from pfedkit.methods import METHODS
+    from pfedkit.methods.base import RepeatedDrawWarning
+
+    method = make("fedavg")
+    data = tiny_data(0, n=12)
+    list(method.batches(data, 0, "local"))
+    list(method.batches(data, 0, "head"))
+    with pytest.warns(RepeatedDrawWarning, match="purpose 'local' shuffled twice for client 0 in round 0"):
+        list(method.batches(data, 0, "local"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepeatedDrawWarning)
+        list(method.batches(data, 1, "local"))  # another round, another client: their own draws
+        list(method.batches(tiny_data(1, n=12), 1, "local"))
+        skip = {"perada", "heart-pfl", "heart-pfl-no-hda", "heart-pfl-no-akt", "heart-pfl-no-both", "fedphp"}
+        for name in sorted(set(METHODS) - skip):  # every built-in method's round draws each order once
+            m = make(name)
+            server = m.init_server()
+            for cid in range(2):
+                m.local_update(m.payload(server, 0, cid), m.init_client(cid, tiny_data(cid)), tiny_data(cid), 0)

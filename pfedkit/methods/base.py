@@ -8,6 +8,7 @@ how the server combines replies (`aggregate`), and which model is evaluated for 
 from __future__ import annotations
 
 import copy
+import warnings
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Optional
@@ -150,6 +151,10 @@ class WeightedMeanFold:
         return dict(self.sum)
 
 
+class RepeatedDrawWarning(UserWarning):
+    """A method drew one client's batch order twice under one purpose in a round (they repeat)."""
+
+
 class Method:
     name: ClassVar[str]
     summary: ClassVar[str] = ""
@@ -166,6 +171,7 @@ class Method:
         self.ctx = ctx
         self._models: dict[str, SplitModel] = {}
         self._initial: Optional[State] = None
+        self._drawn: tuple[int, int, set[str]] = (-1, -1, set())  # (round, client, purposes shuffled so far)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (for a spawned worker or a Ray actor) without the working models: each process builds its own, on its
@@ -381,6 +387,7 @@ class Method:
     ) -> Iterator[torch.Tensor]:
         """Index batches over `epochs` shuffled passes of the client's training set, seeded by (seed, round, client,
         purpose)."""
+        self.note_draw(round, data.cid, purpose)
         gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
         n, bs = data.num_train, self.ctx.train.batch_size
         for _ in range(self.ctx.train.local_epochs if epochs is None else epochs):
@@ -390,6 +397,21 @@ class Method:
                 if drop_single and n > 1 and idx.numel() == 1:  # BatchNorm cannot train on a batch of one
                     continue
                 yield idx
+
+    def note_draw(self, round: int, cid: int, purpose: str) -> None:
+        """Warn when one client's round shuffles twice under one purpose: the second draw repeats the first's order."""
+        last_round, last_cid, purposes = self._drawn
+        if (round, cid) != (last_round, last_cid):
+            self._drawn = (round, cid, purposes := set())
+        if purpose in purposes:
+            warnings.warn(
+                f"method {self.name}: purpose {purpose!r} shuffled twice for client {cid} in round {round}, so both "
+                "draws get the same batch order; give each draw its own purpose (e.g. f'{purpose}/2') unless the "
+                "repeat is meant",
+                RepeatedDrawWarning,
+                stacklevel=3,
+            )
+        purposes.add(purpose)
 
     def minibatches(
         self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None, drop_single: bool = False
