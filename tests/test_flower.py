@@ -409,6 +409,30 @@ def test_loopback_deployment_equals_the_simulation(tmp_path, one_thread):
         assert after == cfg.train.rounds - 1 and same_message(state, sim.clients[cid])
 
 
+@pytest.mark.slow
+def test_a_method_of_ones_own_runs_on_a_loopback_deployment(tmp_path, one_thread):
+    """A method in a file outside the package (the guide's FedAvgM under another name), named by method.module: the
+    nodes, separate processes, import it from the run's config and the rounds equal the simulation's."""
+    pytest.importorskip("flwr")
+    from pfedkit.flower.local import run_loopback
+
+    module = tmp_path / "mine" / "my_fedavgm.py"
+    module.parent.mkdir()
+    example = Path(__file__).resolve().parents[1] / "examples" / "methods" / "fedavgm.py"
+    module.write_text(example.read_text().replace('name = "fedavgm"', 'name = "my-fedavgm"'))
+    raw = small(clients=2, rounds=2).to_dict()
+    raw["method"] = {"name": "my-fedavgm", "module": str(module)}
+    cfg = build_config(raw)
+    settings = RunSettings(cfg, tmp_path / "fl", run_name="mine", round_timeout=60, connect_timeout=60)
+    run_loopback(
+        settings, tmp_path / "work", 2, timeout=240, node_config={"threads": 1, "state-dir": str(tmp_path / "state")}
+    )
+    assert started_processes_left() == []
+    Simulation(cfg, tmp_path / "sim", progress=False).run()
+    flower_rows, sim_rows = read_csv(tmp_path / "fl/metrics.csv"), read_csv(tmp_path / "sim/metrics.csv")
+    assert [[r[k] for k in COMPARED] for r in flower_rows] == [[r[k] for k in COMPARED] for r in sim_rows]
+
+
 class ReplayMissing(Simulation):
     """The simulation with the Flower run's missing clients left out of the rounds they missed."""
 

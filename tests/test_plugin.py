@@ -238,3 +238,15 @@ def test_server_only_keys_are_never_broadcast(name):
         assert not set(kept) & set(method.payload(server, 1, 0))
     finally:
         type(method).broadcast = leaky
+
+
+def test_a_method_of_ones_own_is_tuned_by_its_declared_range(tmp_path):
+    config = tmp_path / "fedavgm.toml"
+    config.write_text(dump_toml(fedavgm_raw()))
+    done = CliRunner().invoke(
+        main,
+        ["tune", str(config), "--trials", "2", "--seeds", "", "--out", str(tmp_path / "tune"), "--quiet"]
+        + ["--set", "train.rounds=2"],
+    )
+    assert done.exit_code == 0, done.output
+    assert "server_momentum" in done.output and (tmp_path / "tune" / "best.toml").exists()

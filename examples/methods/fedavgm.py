@@ -15,13 +15,21 @@ from typing import Mapping
 import torch
 from pydantic import Field
 
-from pfedkit.methods import HyperParams, PartSharing, State, register, select, weighted_mean
+from pfedkit.methods import HyperParams, PartSharing, State, register, searched, select, weighted_mean
 
 MOMENTUM = "server_momentum."  # the server-only buffer
 
 
 class FedAvgMParams(HyperParams):
-    server_momentum: float = Field(0.9, ge=0, lt=1, description="beta, the server's momentum; Hsu et al. 2019 (0.9)")
+    server_momentum: float = Field(
+        0.9,
+        ge=0,
+        lt=1,
+        description="beta, the server's momentum; Hsu et al. 2019 (0.9)",
+        json_schema_extra=searched(
+            0.0, 0.99, source="Hsu et al. 2019 try 0 to 0.99"
+        ),  # the range `pfedkit tune` searches
+    )
     server_lr: float = Field(1.0, gt=0, description="the server's learning rate; Hsu et al. 2019 (1.0)")
 
 
