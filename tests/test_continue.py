@@ -174,10 +174,10 @@ def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
 class CutOffInRoundTwo(Simulation):
     """A run stopped in round 2, before any checkpoint when checkpoint_every is above 2."""
 
-    def train(self, round):
+    def train_clients(self, round, payloads, evaluate_after=False):
         if round == 2:
             raise KeyboardInterrupt
-        return super().train(round)
+        return super().train_clients(round, payloads, evaluate_after)
 
 
 def test_a_suite_cell_cut_off_before_its_first_checkpoint_runs_again_from_round_zero(tmp_path):

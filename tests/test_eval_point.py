@@ -78,10 +78,10 @@ def test_clients_not_sampled_keep_their_last_after_local_value(tmp_path):
 class StopsOnce(Simulation):
     """A run cut off in round 3, after the checkpoint of round 2."""
 
-    def train(self, round):
+    def train_clients(self, round, payloads, evaluate_after=False):
         if round == 3 and not getattr(self, "resumed", False):
             raise KeyboardInterrupt
-        return super().train(round)
+        return super().train_clients(round, payloads, evaluate_after)
 
 
 def test_an_after_local_run_resumes_to_the_same_numbers(tmp_path):

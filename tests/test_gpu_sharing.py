@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pfedkit.data.federated import build_federated
-from pfedkit.engine.simulation import driver_device, make_method, simulate
-from pfedkit.engine.workers import Executor, Task
+from pfedkit.engine.simulation import make_method, simulate
+from pfedkit.engine.workers import Executor, Task, driver_device
 from pfedkit.errors import ConfigError
 from pfedkit.io import read_csv
 from tests.test_engine import synthetic

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pfedkit.seeding import numpy_generator
+
 EVAL_BATCH = 1000  # large batches: evaluation is forward-only
 
 
@@ -54,3 +56,29 @@ def summarize_run(rows: list[dict[str, Any]], suffix: str = "") -> dict[str, Any
         "last_acc_client_mean" + suffix: evaluated[-1][mean],
         "last_round" + suffix: evaluated[-1]["round"],
     }
+
+
+# ---- the evaluation point (eval.point): at the start of a round, and/or right after local training ----
+
+
+def measures_start(point: str) -> bool:
+    """Every evaluated client's personalized model after the broadcast, before training (PFLlib's point)."""
+    return point in ("start", "both")
+
+
+def measures_after(point: str) -> bool:
+    """Each trained client's model right after its local update (FedPAC's released code)."""
+    return point in ("after-local", "both")
+
+
+def evaluates_after(point: str, every: int, rounds: int, round: int) -> bool:
+    """After-local evaluation on the training rounds the start point would evaluate, and the last one."""
+    return measures_after(point) and round < rounds and (round % every == 0 or round == rounds - 1)
+
+
+def evaluated_clients(count: int, num_clients: int, seed: int, round: int) -> list[int]:
+    """Every client, or with eval.clients = count a seeded sample of them (large federations)."""
+    if not count or count >= num_clients:
+        return list(range(num_clients))
+    chosen = numpy_generator(seed, round, -1, "eval-clients").choice(num_clients, count, replace=False)
+    return sorted(int(c) for c in chosen)

@@ -8,24 +8,38 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-import torch
 from tqdm import tqdm
 
-from pfedkit.config import CONFIG_HEADER, Config, dump_toml, save_config
+from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
 from pfedkit.engine.cohort import Cohort, cohort_settings
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix, nonfinite_keys
-from pfedkit.engine.evaluation import summarize_round, summarize_run
+from pfedkit.engine.evaluation import (
+    evaluated_clients,
+    evaluates_after,
+    measures_after,
+    measures_start,
+    summarize_round,
+    summarize_run,
+)
 from pfedkit.engine.replies import RoundReplies, message_bytes
-from pfedkit.engine.store import CHECKPOINT, RunLock, load_checkpoint, save_checkpoint
-from pfedkit.engine.workers import Executor, Task, make_executor
-from pfedkit.errors import ConfigError, DataError, PfedkitError
-from pfedkit.io import STALE, atomic_write_csv, atomic_write_json, remove_stale_temporaries
+from pfedkit.engine.store import (
+    CHECKPOINT,
+    RunLock,
+    check_belongs,
+    load_checkpoint,
+    prepare_run_folder,
+    save_checkpoint,
+    verify_data,
+)
+from pfedkit.engine.workers import Executor, Task, driver_device, make_executor
+from pfedkit.errors import PfedkitError
+from pfedkit.io import atomic_write_csv, atomic_write_json, remove_stale_temporaries
 from pfedkit.methods.base import Method
 from pfedkit.records import AFTER, State
-from pfedkit.registry import build_config, build_method, continues, read_saved_config, run_differences, run_identity
+from pfedkit.registry import build_method, run_identity
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
@@ -42,26 +56,6 @@ METRIC_COLUMNS = (
 AFTER_COLUMNS = ("acc" + AFTER, "acc_client_mean" + AFTER, "loss" + AFTER)  # with eval.point after-local or both
 CLIENT_COLUMNS = ("round", "client", "correct", "n_test", "acc")
 RoundObserver = Callable[[dict[str, Any]], None]  # sees each round's metrics row (tracking, a tuner's pruning)
-# what a run (and the suites, trackers and Flower beside it) writes in its folder; anything else is the user's
-RUN_FILES = (
-    "config.toml",
-    "metrics.csv",
-    "checkpoint.pt",
-    "summary.json",
-    "clients.csv",
-    "clients.csv.gz",
-    "curves.png",
-    "diverged.json",
-    "client-state",
-    "replies",
-    "reused.json",
-    "continued.json",
-    "tensorboard",
-    "wandb",
-    "wandb-id.txt",
-    "replies.csv",
-    "flower",
-)
 
 
 def client_summary_columns(method: Method) -> tuple[str, ...]:
@@ -82,45 +76,6 @@ def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: 
     count = max(int(round(num_clients * join_ratio)), 1)
     chosen = numpy_generator(seed, round_index, -1, "sample-clients").choice(num_clients, size=count, replace=False)
     return sorted(int(c) for c in chosen)
-
-
-def run_device(name: str) -> torch.device:
-    """The run's device; a GPU this torch cannot use is a configuration error, raised before any training."""
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"run.device = {name!r}, but this torch ({torch.__version__}) sees no CUDA device; run on a "
-                'machine with an NVIDIA GPU and a CUDA build of torch, or set run.device = "cpu"'
-            )
-        if (device.index or 0) >= torch.cuda.device_count():
-            raise ConfigError(
-                f"run.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
-            )
-    return device
-
-
-def driver_device(run: Any) -> torch.device:
-    """Where the driver keeps the data and aggregates: run.device when the whole simulation runs in this process on one
-    GPU; else the CPU, and the workers (GPU-sharing processes or Ray actors) compute on run.device."""
-    on_gpu = run.device != "cpu"
-    if run.backend == "ray":
-        if on_gpu and not run.gpus_per_worker:
-            raise ConfigError(
-                f"run.device = {run.device!r} on Ray needs run.gpus_per_worker > 0 (e.g. 0.25), so that Ray "
-                'gives each actor a share of a GPU; or set run.device = "cpu"'
-            )
-        return torch.device("cpu")
-    device = run_device(run.device)
-    if run.gpus_per_worker:
-        if not on_gpu:
-            raise ConfigError(
-                f"run.gpus_per_worker = {run.gpus_per_worker} shares a GPU among worker processes, but "
-                'run.device = "cpu"; set run.device = "cuda", or leave run.gpus_per_worker at 0'
-            )
-        return torch.device("cpu")
-    return device
 
 
 def with_absolute_root(config: Config) -> Config:
@@ -161,7 +116,7 @@ class RoundLoop:
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder
         try:
             remove_stale_temporaries(self.out)  # of a write a kill cut off; under the lock, nothing else writes here
-            self._prepare_out_dir(resume)
+            prepare_run_folder(self.out, self.config, resume=resume, force=self.force, can_continue=self.can_continue)
         except BaseException:
             self.lock.release()
             raise
@@ -172,7 +127,7 @@ class RoundLoop:
         (self.out / DIVERGED).unlink(missing_ok=True)
         ckpt = load_checkpoint(self.out) if resume else None
         if ckpt is not None:
-            self.check_belongs(ckpt)
+            check_belongs(self.out, ckpt, self.config)
         if ckpt is None:
             self.server = self.method.init_server()
             self.rows: list[dict[str, Any]] = []
@@ -188,31 +143,7 @@ class RoundLoop:
             if made_for < self.config.train.rounds and self.next_round > made_for:  # a finished, shorter run's end
                 self.reopen(made_for)
 
-    def check_belongs(self, ckpt: dict[str, Any]) -> None:
-        """A checkpoint written by another run (copied in, or left by a run of another config) is refused, naming
-        how the runs differ: resumed, it would mix that run's state into this run's results."""
-        saved = ckpt.get("config")
-        if not isinstance(saved, dict):
-            return  # written before checkpoints held their config: nothing to compare
-        try:
-            theirs = build_config(saved)
-        except Exception:
-            theirs = None
-        differences = (
-            ["its config is not one this pfedkit reads"]
-            if theirs is None
-            else [c for c in run_differences(theirs, self.config) if not c.startswith("train.rounds:")]
-        )
-        ours, other = self.config.data.checksum, saved.get("data", {}).get("checksum")
-        if ours and other and ours != other:
-            differences.append(f"data.checksum: {other} -> {ours}")
-        if differences:
-            raise PfedkitError(
-                f"{self.out / CHECKPOINT} was written by another run than the one {self.out / 'config.toml'} describes "
-                f"({'; '.join(differences[:4])}{'; ...' if len(differences) > 4 else ''}), "
-                "so resuming would mix the two; "
-                "put this run's own checkpoint back, or start a new --out"
-            )
+    can_continue = False  # whether a finished run may be resumed with more rounds (see registry.continues)
 
     def reopen(self, rounds: int) -> None:
         """Carry a finished `rounds`-round run on: its last round evaluated only, so it is played again, trained
@@ -222,78 +153,6 @@ class RoundLoop:
         self.next_round = rounds
         for name in ("summary.json", "clients.csv"):
             (self.out / name).unlink(missing_ok=True)
-
-    def _prepare_out_dir(self, resume: bool) -> None:
-        saved = self.out / "config.toml"
-        if resume:
-            if saved.exists():
-                old = read_saved_config(saved)
-                changes = run_differences(old, self.config)
-                if self.can_continue and continues(old, self.config, changes):
-                    self.check_continuable(old)
-                elif changes:
-                    raise PfedkitError(
-                        f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
-                        f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
-                        f"(`pfedkit run --out {self.out} --resume`, adding --data-root if its data moved; "
-                        "more rounds alone, "
-                        "--set train.rounds=N, carry a finished run on) or start a new --out"
-                    )
-                given = self.config.data.checksum
-                if given and old.data.checksum and given != old.data.checksum:
-                    raise PfedkitError(
-                        f"data.checksum {given} is not the {old.data.checksum} that {saved} records; "
-                        "leave data.checksum out to resume with the run's own data"
-                    )
-                self.config.data.checksum = given or old.data.checksum  # the data must verify against the run's
-        elif (self.out / CHECKPOINT).exists() or (self.out / "metrics.csv").exists():
-            raise PfedkitError(f"{self.out} already holds a run; pass --resume to continue it, or choose another --out")
-        elif not self.force and (foreign := self.foreign_files()):
-            raise PfedkitError(
-                f"{self.out} holds files pfedkit did not write "
-                f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
-                f"a run writes {', '.join(RUN_FILES[:4])} and more there, replacing any of that name: choose an empty "
-                "or new --out, or pass --force to write beside them"
-            )
-
-    def foreign_files(self) -> list[str]:
-        """What in --out a run did not write: a user's own notes or config are never silently replaced."""
-        foreign = []
-        for path in sorted(self.out.iterdir()):
-            if path.name == "config.toml":
-                if not self.config_is_ours(path):
-                    foreign.append(path.name)
-            elif not (path.name in RUN_FILES or path.name.startswith(".pfedkit") or STALE.match(path.name)):
-                foreign.append(path.name)
-        return foreign
-
-    def config_is_ours(self, path: Path) -> bool:
-        text = path.read_text(errors="replace")
-        return text.startswith(CONFIG_HEADER) or text == dump_toml(self.config.to_dict())  # (no header before 0.1)
-
-    can_continue = False  # whether a finished run may be resumed with more rounds (see continues)
-
-    def check_continuable(self, old: Config) -> None:
-        """The after-local point also measures the last training round; carried on, the run would not have."""
-        last, every = old.train.rounds - 1, old.eval.every
-        if old.eval.point != "start" and last % every:
-            raise PfedkitError(
-                f"{self.out} measured after local training in its last training round ({last}) only because it was "
-                f"the last; a longer run does not (eval.every {every}), "
-                f"so carrying it on to {self.config.train.rounds} "
-                "rounds would not give that run: start a new --out"
-            )
-
-    def verify_data(self, checksum: str) -> None:
-        """The loaded data must be the data the config (or the resumed run) names; else they are recorded now."""
-        expected = self.config.data.checksum
-        if expected and checksum != expected:
-            raise DataError(
-                f"the {self.config.data.dataset} data under {self.config.data.root} are not the data this run was made "
-                f"with (expected {expected}, found {checksum}); "
-                "point --data-root at the run's data, or start a new --out"
-            )
-        self.config.data.checksum = checksum
 
     # ---- where clients run; subclasses implement these ----
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
@@ -339,19 +198,21 @@ class RoundLoop:
             likely_fix(self.config.train.lr, self.method.params.model_dump(), self.method.Params.step_sizes()),
         )
 
-    # ---- the evaluation point (eval.point): at the start of a round, and/or right after local training ----
+    # ---- the evaluation point (eval.point), by the rules in engine/evaluation.py ----
     @property
     def measures_start(self) -> bool:
-        return self.config.eval.point in ("start", "both")
+        return measures_start(self.config.eval.point)
 
     @property
     def measures_after(self) -> bool:
-        return self.config.eval.point in ("after-local", "both")
+        return measures_after(self.config.eval.point)
 
     def evaluates_after(self, round: int) -> bool:
-        """After-local evaluation on the training rounds the start point would evaluate, and the last one."""
-        rounds, every = self.config.train.rounds, self.config.eval.every
-        return self.measures_after and round < rounds and (round % every == 0 or round == rounds - 1)
+        ev = self.config.eval
+        return evaluates_after(ev.point, ev.every, self.config.train.rounds, round)
+
+    def evaluated(self, round: int) -> list[int]:
+        return evaluated_clients(self.config.eval.clients, self.num_clients, self.config.run.seed, round)
 
     def record_evaluation(
         self, round: int, per_client: dict[int, tuple[int, float, int]], point: str = "start"
@@ -413,43 +274,34 @@ class RoundLoop:
     def client_columns(self) -> tuple[str, ...]:
         return CLIENT_COLUMNS + (("point",) if self.measures_after else ())
 
-    def evaluated(self, round: int) -> list[int]:
-        """Every client, or with eval.clients a seeded sample of them (large federations)."""
-        count = self.config.eval.clients
-        if not count or count >= self.num_clients:
-            return list(range(self.num_clients))
-        chosen = numpy_generator(self.config.run.seed, round, -1, "eval-clients").choice(
-            self.num_clients, count, replace=False
-        )
-        return sorted(int(c) for c in chosen)
-
-    def evaluate(self, round: int) -> dict[str, Any]:
-        return self.record_evaluation(round, self.evaluate_clients(round, self.payloads(round, self.evaluated(round))))
-
-    def train(self, round: int) -> dict[str, Any]:
-        payloads = self.payloads(round, self.sample(round))
-        replies, after = self.train_clients(round, payloads, self.evaluates_after(round))
-        measured = self.record_evaluation(round, after, point="after-local") if after else {}
-        return {**self.apply_replies(round, payloads, replies), **measured, **self.trained_client_summary()}
-
     def trained_client_summary(self) -> dict[str, Any]:
         """The method's client_logged numbers over this round's trained clients (empty where clients keep their
         states elsewhere, as Flower nodes do)."""
         return {}
 
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
-        """Evaluate at the start of the round, after broadcast (PFLlib), then train the sampled clients (and evaluate
-        them right after, with eval.point after-local or both)."""
+        """One round, in order. Flower's server plays the same steps over the network (flower/server_app.py)."""
         row: dict[str, Any] = {}
         if evaluate and self.measures_start:
             start = time.perf_counter()
-            row.update(self.evaluate(round))
+            # 1. evaluation at the round start: each evaluated client's personalized model on its own payload
+            payloads = self.payloads(round, self.evaluated(round))
+            row.update(self.record_evaluation(round, self.evaluate_clients(round, payloads)))
             row["eval_s"] = time.perf_counter() - start
         if train:
             start = time.perf_counter()
-            row.update(self.train(round))
+            # 2. sampling (seeded by round) and 3. broadcast: the server-only keys never leave (Method.payload)
+            payloads = self.payloads(round, self.sample(round))
+            # 4. local updates: one client at a time, or the round's clients as one batched computation (run.cohort);
+            #    with eval.point after-local or both, each trained client is measured right after its update
+            replies, after = self.train_clients(round, payloads, self.evaluates_after(round))
+            if after:
+                row.update(self.record_evaluation(round, after, point="after-local"))
+            # 5. aggregation of the replies (each checked finite first), bytes counted, the method's numbers logged
+            row.update(self.apply_replies(round, payloads, replies))
+            row.update(self.trained_client_summary())
             row["train_s"] = time.perf_counter() - start
-        return row
+        return row  # 6. the caller (_run) writes metrics.csv and checkpoints
 
     def run(self) -> dict[str, Any]:
         try:
@@ -590,7 +442,7 @@ class Simulation(RoundLoop):
         super().__init__(config, out, resume=resume, progress=progress, observers=observers, force=force)
         try:
             fed = fed or build_federated(self.config)
-            self.verify_data(fed.checksum)
+            verify_data(self.config, fed.checksum)
             self.fed = fed.to(self.device)
             self.num_clients = self.fed.num_clients
             self.method = make_method(self.config, self.fed)

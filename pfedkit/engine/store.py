@@ -13,8 +13,10 @@ from typing import Any, Callable
 import filelock
 import torch
 
-from pfedkit.errors import PfedkitError
-from pfedkit.io import atomic_write, atomic_write_json
+from pfedkit.config import CONFIG_HEADER, Config, dump_toml
+from pfedkit.errors import DataError, PfedkitError
+from pfedkit.io import STALE, atomic_write, atomic_write_json
+from pfedkit.registry import build_config, continues, read_saved_config, run_differences
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -129,3 +131,127 @@ class RunLock:
         if self.lock.is_locked:
             (self.out / OWNER).unlink(missing_ok=True)
             self.lock.release(force=True)
+
+
+# ---- the run folder and its resume policy: what may be written where, and which state a run may take in ----
+
+# what a run (and the suites, trackers and Flower beside it) writes in its folder; anything else is the user's
+RUN_FILES = (
+    "config.toml",
+    "metrics.csv",
+    "checkpoint.pt",
+    "summary.json",
+    "clients.csv",
+    "clients.csv.gz",
+    "curves.png",
+    "diverged.json",
+    "client-state",
+    "replies",
+    "reused.json",
+    "continued.json",
+    "wandb",
+    "wandb-id.txt",
+    "replies.csv",
+    "flower",
+)
+
+
+def prepare_run_folder(out: Path, config: Config, *, resume: bool, force: bool, can_continue: bool) -> None:
+    """Refuse a folder this run must not write into: with `resume`, one made with another config (unless the run
+    carries a finished one on, `can_continue`) or other data; without, one holding a run or a user's own files.
+    On resume, `config.data.checksum` becomes the run's own, so that the data are verified against it."""
+    saved = out / "config.toml"
+    if resume:
+        if not saved.exists():
+            return
+        old = read_saved_config(saved)
+        changes = run_differences(old, config)
+        if can_continue and continues(old, config, changes):
+            check_continuable(out, old, config)
+        elif changes:
+            raise PfedkitError(
+                f"{saved} was made with another configuration ({'; '.join(changes[:4])}"
+                f"{'; ...' if len(changes) > 4 else ''}); resume with the run's own config "
+                f"(`pfedkit run --out {out} --resume`, adding --data-root if its data moved; more rounds alone, "
+                "--set train.rounds=N, carry a finished run on) or start a new --out"
+            )
+        given = config.data.checksum
+        if given and old.data.checksum and given != old.data.checksum:
+            raise PfedkitError(
+                f"data.checksum {given} is not the {old.data.checksum} that {saved} records; "
+                "leave data.checksum out to resume with the run's own data"
+            )
+        config.data.checksum = given or old.data.checksum  # the data must verify against the run's
+    elif (out / CHECKPOINT).exists() or (out / "metrics.csv").exists():
+        raise PfedkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+    elif not force and (foreign := foreign_files(out, config)):
+        raise PfedkitError(
+            f"{out} holds files pfedkit did not write ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
+            f"a run writes {', '.join(RUN_FILES[:4])} and more there, replacing any of that name: choose an empty "
+            "or new --out, or pass --force to write beside them"
+        )
+
+
+def foreign_files(out: Path, config: Config) -> list[str]:
+    """What in the folder a run did not write: a user's own notes or config are never silently replaced."""
+    foreign = []
+    for path in sorted(out.iterdir()):
+        if path.name == "config.toml":
+            if not config_is_ours(path, config):
+                foreign.append(path.name)
+        elif not (path.name in RUN_FILES or path.name.startswith(".pfedkit") or STALE.match(path.name)):
+            foreign.append(path.name)
+    return foreign
+
+
+def config_is_ours(path: Path, config: Config) -> bool:
+    text = path.read_text(errors="replace")
+    return text.startswith(CONFIG_HEADER) or text == dump_toml(config.to_dict())  # (no header before 0.1)
+
+
+def check_continuable(out: Path, old: Config, config: Config) -> None:
+    """The after-local point also measures the last training round; carried on, the run would not have."""
+    last, every = old.train.rounds - 1, old.eval.every
+    if old.eval.point != "start" and last % every:
+        raise PfedkitError(
+            f"{out} measured after local training in its last training round ({last}) only because it was the last; "
+            f"a longer run does not (eval.every {every}), so carrying it on to {config.train.rounds} rounds would not "
+            "give that run: start a new --out"
+        )
+
+
+def check_belongs(out: Path, ckpt: dict[str, Any], config: Config) -> None:
+    """A checkpoint written by another run (copied in, or left by a run of another config) is refused, naming how
+    the runs differ: resumed, it would mix that run's state into this run's results."""
+    saved = ckpt.get("config")
+    if not isinstance(saved, dict):
+        return  # written before checkpoints held their config: nothing to compare
+    try:
+        theirs = build_config(saved)
+    except Exception:
+        theirs = None
+    differences = (
+        ["its config is not one this pfedkit reads"]
+        if theirs is None
+        else [c for c in run_differences(theirs, config) if not c.startswith("train.rounds:")]
+    )
+    ours, other = config.data.checksum, saved.get("data", {}).get("checksum")
+    if ours and other and ours != other:
+        differences.append(f"data.checksum: {other} -> {ours}")
+    if differences:
+        raise PfedkitError(
+            f"{out / CHECKPOINT} was written by another run than the one {out / 'config.toml'} describes "
+            f"({'; '.join(differences[:4])}{'; ...' if len(differences) > 4 else ''}), so resuming would mix the two; "
+            "put this run's own checkpoint back, or start a new --out"
+        )
+
+
+def verify_data(config: Config, checksum: str) -> None:
+    """The loaded data must be the data the config (or the resumed run) names; else they are recorded now."""
+    expected = config.data.checksum
+    if expected and checksum != expected:
+        raise DataError(
+            f"the {config.data.dataset} data under {config.data.root} are not the data this run was made with "
+            f"(expected {expected}, found {checksum}); point --data-root at the run's data, or start a new --out"
+        )
+    config.data.checksum = checksum
