@@ -41,14 +41,14 @@ def test_a_committed_table_rebuilds_from_committed_files(tmp_path, name, scale):
     if not SHARED_DATA.exists():
         pytest.skip("../shared/data is not beside the repository (the tables name which data are missing)")
     folder = results_folder(name, scale)
-    files = tracked(folder)
-    if not files:
+    if not tracked(folder):
         pytest.skip("not a git checkout")
+    for sibling in {results_folder(name, s) for s in SUITES[name].scales}:  # the suite's other scales: its noise floor
+        for rel in tracked(sibling):  # a clean clone's copy of the folders
+            target = tmp_path / sibling.name / Path(rel).relative_to(sibling.relative_to(REPO))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, target)
     out = tmp_path / folder.name
-    for rel in files:  # a clean clone's copy of the folder
-        target = out / Path(rel).relative_to(folder.relative_to(REPO))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / rel, target)
     (out / "table.md").unlink()
     run_suite(
         SUITES[name],
