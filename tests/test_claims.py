@@ -180,3 +180,16 @@ def test_the_prose_states_no_verdict_the_generated_table_does_not():
             cited = CITED.findall(line)
             assert cited, f"a verdict in bold without the claim it is about: {line[:120]}"
             assert all(verdicts.get(c) == said for c in cited), f"the table says otherwise: {line[:160]}"
+
+
+def test_a_suite_of_the_same_setting_borrows_anothers_noise_floor(tmp_path):
+    """fedafk-mu and fedafk-kt run fedafk-cifar10's Dir(0.1) setting: their one-seed verdicts clear its floor."""
+    from pfedkit.experiments.reproduce import suite_evidence
+    from pfedkit.experiments.suites import SUITES
+
+    source = SUITES["fedafk-cifar10"].noise
+    for row, value in zip(source["rows"], (0.50, 0.52, 0.48)):
+        flat_run(tmp_path / "fedafk_cifar10" / source["column"] / row / "seed0", value)
+    evidence, text = suite_evidence(SUITES["fedafk-mu"], tmp_path / "fedafk_mu")
+    assert evidence.floor == pytest.approx(2.0) and "borrowed from suite fedafk-cifar10" in text
+    assert suite_evidence(SUITES["fedafk-mu"], tmp_path / "elsewhere" / "fedafk_mu")[0].floor is None

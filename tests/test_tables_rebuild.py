@@ -43,7 +43,12 @@ def test_a_committed_table_rebuilds_from_committed_files(tmp_path, name, scale):
     folder = results_folder(name, scale)
     if not tracked(folder):
         pytest.skip("not a git checkout")
-    for sibling in {results_folder(name, s) for s in SUITES[name].scales}:  # the suite's other scales: its noise floor
+    noise = SUITES[name].noise or {}
+    source = SUITES[noise.get("suite", name)]  # the suite whose noise rows give the floor (this one, or a borrowed one)
+    folders = {results_folder(name, s) for s in SUITES[name].scales} | {
+        results_folder(source.name, s) for s in source.scales
+    }
+    for sibling in folders:  # the suite's other scales, and a borrowed floor's suite
         for rel in tracked(sibling):  # a clean clone's copy of the folders
             target = tmp_path / sibling.name / Path(rel).relative_to(sibling.relative_to(REPO))
             target.parent.mkdir(parents=True, exist_ok=True)

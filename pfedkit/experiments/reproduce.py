@@ -488,11 +488,20 @@ def results_folder(suite: str, scale: str) -> str:
 
 def suite_evidence(suite: Suite, out: Path) -> tuple[Evidence, str]:
     """How the suite's runs in `out` are judged, with its noise floor: measured in `out`, else in a sibling folder of
-    another scale of the suite (the layout `results_folder` names)."""
-    siblings = [out.parent / results_folder(suite.name, s) for s in suite.scales]
-    folders = [out, *[f for f in siblings if f != out and f.is_dir()]]
+    another scale of the suite (the layout `results_folder` names), or borrowed from the suite `noise.suite` names."""
     k = suite.last_k or 1
-    floor, text = measured_floor(suite.noise, folders, k, suite.paper_point)
+    source = suite
+    if suite.noise and "suite" in suite.noise:  # the floor of another suite of the same setting
+        from pfedkit.experiments.suites import SUITES
+
+        if suite.noise["suite"] not in SUITES:
+            raise ConfigError(f"suite {suite.name}: noise.suite {suite.noise['suite']!r} is not a suite")
+        source = SUITES[suite.noise["suite"]]
+    siblings = [out.parent / results_folder(source.name, s) for s in source.scales]
+    folders = [*([out] if source is suite else []), *[f for f in siblings if f != out and f.is_dir()]]
+    floor, text = measured_floor(source.noise, folders, k, suite.paper_point)
+    if source is not suite:
+        text += f", borrowed from suite {source.name} (the same setting)"
     return Evidence(out, k, suite.paper_point, floor), text
 
 

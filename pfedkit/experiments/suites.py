@@ -99,11 +99,14 @@ def suite_from_toml(path: Path) -> Suite:
         )
     noise = data.get("noise")
     if noise is not None:
-        _check(noise, {"column", "rows"}, f"{path} noise")
-        if noise.get("column") not in columns or len(noise.get("rows", ())) < 2 or set(noise["rows"]) - set(rows):
+        _check(noise, {"column", "rows", "suite"}, f"{path} noise")
+        if "suite" in noise:  # measured in another suite of the same setting (checked when the floor is read)
+            if set(noise) != {"suite"}:
+                raise ConfigError(f"{path}: noise = {{suite = ...}} borrows that suite's floor; give nothing else")
+        elif noise.get("column") not in columns or len(noise.get("rows", ())) < 2 or set(noise["rows"]) - set(rows):
             raise ConfigError(
                 f"{path}: noise needs a column of the suite and two or more of its rows (repeats of one "
-                "config differing only in run.repeat)"
+                "config differing only in run.repeat), or suite = NAME to borrow another suite's floor"
             )
     return Suite(
         name=data["name"],
