@@ -168,28 +168,18 @@ def test_the_claims_table_in_the_document_is_the_one_the_committed_runs_generate
 
 
 def test_the_prose_states_no_verdict_the_generated_table_does_not():
-    """Outside the generated block, a verdict in bold cites the claim it is about (`suite#N`, `suite#N/scale`) on
-    its line, and is that claim's generated verdict."""
+    """Outside the generated block, a verdict in bold follows the claims it is about (`suite#N`, `suite#N/scale`),
+    cited since the previous verdict of its paragraph or list item, and is each of those claims' generated verdict."""
     from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
 
     document = (REPO / "docs" / "REPRODUCTION.md").read_text()
     _, verdicts = generated_claims(document)
     prose = document.split(CLAIMS_BEGIN, 1)[0] + document.split(CLAIMS_END, 1)[1]
-    for line in prose.splitlines():
-        for said in BOLD_VERDICT.findall(line):
-            cited = CITED.findall(line)
-            assert cited, f"a verdict in bold without the claim it is about: {line[:120]}"
-            assert all(verdicts.get(c) == said for c in cited), f"the table says otherwise: {line[:160]}"
-
-
-def test_a_suite_of_the_same_setting_borrows_anothers_noise_floor(tmp_path):
-    """fedafk-mu and fedafk-kt run fedafk-cifar10's Dir(0.1) setting: their one-seed verdicts clear its floor."""
-    from pfedkit.experiments.reproduce import suite_evidence
-    from pfedkit.experiments.suites import SUITES
-
-    source = SUITES["fedafk-cifar10"].noise
-    for row, value in zip(source["rows"], (0.50, 0.52, 0.48)):
-        flat_run(tmp_path / "fedafk_cifar10" / source["column"] / row / "seed0", value)
-    evidence, text = suite_evidence(SUITES["fedafk-mu"], tmp_path / "fedafk_mu")
-    assert evidence.floor == pytest.approx(2.0) and "borrowed from suite fedafk-cifar10" in text
-    assert suite_evidence(SUITES["fedafk-mu"], tmp_path / "elsewhere" / "fedafk_mu")[0].floor is None
+    for block in re.split(r"\n\s*\n|\n(?=\s*- )", prose):  # paragraphs and list items
+        start = 0
+        for said in BOLD_VERDICT.finditer(block):
+            cited = CITED.findall(block[start : said.start()])
+            assert cited, f"a verdict in bold without the claim it is about: {block[start : said.end()][-160:]}"
+            wrong = [c for c in cited if verdicts.get(c) != said.group(1)]
+            assert not wrong, f"the table says otherwise of {wrong}: {block[start : said.end()][-160:]}"
+            start = said.end()
