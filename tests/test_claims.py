@@ -183,3 +183,26 @@ def test_the_prose_states_no_verdict_the_generated_table_does_not():
             wrong = [c for c in cited if verdicts.get(c) != said.group(1)]
             assert not wrong, f"the table says otherwise of {wrong}: {block[start : said.end()][-160:]}"
             start = said.end()
+
+
+def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(tmp_path):
+    from click.testing import CliRunner
+
+    from pfedkit.cli import main
+    from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
+
+    for row, value in (("heart-pfl", 0.95), ("heart-pfl-no-both", 0.50)):  # one claim of heart-table1 with runs
+        flat_run(tmp_path / "results" / "heart_table1" / "in-domain" / row / "seed0", value)
+    runner = CliRunner()
+    done = runner.invoke(main, ["reproduce", "heart-table1", "--claims", "--out", str(tmp_path / "results")])
+    assert done.exit_code == 0, done.output
+    assert "`heart-table1#7`" in done.output and "no noise floor measured" in done.output
+    document = tmp_path / "doc.md"
+    document.write_text(f"before\n{CLAIMS_BEGIN}\nold\n{CLAIMS_END}\nafter\n")
+    args = ["reproduce", "--claims", "--out", str(tmp_path / "results"), "--update", str(document)]
+    assert runner.invoke(main, args).exit_code == 0
+    text = document.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text and "heart-table1#7" in text
+    document.write_text("no markers\n")
+    refused = runner.invoke(main, args)
+    assert refused.exit_code != 0 and "markers" in refused.output and document.read_text() == "no markers\n"
