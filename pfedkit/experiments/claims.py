@@ -178,6 +178,20 @@ def provisional(
     )
 
 
+def judge_pair(
+    evidence: Evidence,
+    column: str,
+    point: Optional[str],
+    rows: tuple[str, str],
+    seeds: Sequence[str],
+    excess: Sequence[float],
+) -> tuple[str, str]:
+    """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary."""
+    verdict, why = decide(excess, evidence.floor)
+    claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
+    return provisional(verdict, why, statistics.fmean(excess), claimant, other, rows)
+
+
 def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     column, point, first = claim["column"], evidence.point(claim), claim["rows"][0]
     results = {row: evidence.results(column, row, point) for row in claim["rows"]}
@@ -198,15 +212,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if unlike:
         return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {'; '.join(unlike[:3])}{partly}")
     excess = [results[first][s] - results[strongest][s] for s in shared]
-    verdict, why = decide(excess, evidence.floor)
-    verdict, why = provisional(
-        verdict,
-        why,
-        statistics.fmean(excess),
-        trend(evidence, column, first, shared, point),
-        trend(evidence, column, strongest, shared, point),
-        (first, strongest),
-    )
+    verdict, why = judge_pair(evidence, column, point, (first, strongest), shared, excess)
     per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(shared) > 1 else ""
     return Judgement(verdict, "direction", f"{numbers}; gap to {strongest} {why}{per_seed}{partly}")
 
@@ -231,15 +237,7 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             parts.append(f"{gap:+.2f} over {other}, but the runs differ in {'; '.join(unlike[:3])}")
             continue
         excess = [ours[s] - theirs[s] - need for s in shared]
-        verdict, why = decide(excess, evidence.floor)
-        verdict, why = provisional(
-            verdict,
-            why,
-            statistics.fmean(excess),
-            trend(evidence, column, row, shared, point),
-            trend(evidence, column, other, shared, point),
-            (row, other),
-        )
+        verdict, why = judge_pair(evidence, column, point, (row, other), shared, excess)
         verdicts.append(verdict)
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
     if not verdicts:
