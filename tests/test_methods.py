@@ -166,6 +166,7 @@ def test_weighted_mean_keeps_integer_buffers():
     assert out["b"].item() == 3 and torch.allclose(out["w"], torch.full((2,), 0.25))
 
 
+@pytest.mark.filterwarnings("ignore::pfedkit.methods.base.RepeatedDrawWarning")  # the same draws, two ways
 def test_head_training_on_cached_features_equals_training_through_the_frozen_body():
     method = make("fedrep", batch_size=3, lr=0.2, momentum=0.5)
     data = tiny_data(n=11)
@@ -232,3 +233,20 @@ def test_one_purpose_shuffled_twice_in_a_clients_round_warns_and_no_method_does_
             server = m.init_server()
             for cid in range(2):
                 m.local_update(m.payload(server, 0, cid), m.init_client(cid, tiny_data(cid)), tiny_data(cid), 0)
+
+
+def test_a_task_run_again_does_not_warn_of_repeated_draws():
+    """A retried worker runs a client's round again with the same draws, as it should: no RepeatedDrawWarning."""
+    import warnings
+
+    from pfedkit.engine.workers import run_task
+    from pfedkit.methods.base import RepeatedDrawWarning
+    from tests.test_cohort import federation, method_for, round_tasks
+
+    fed = federation(images=False)
+    method = method_for("fedavg", images=False)
+    task = round_tasks(method, fed, 1)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepeatedDrawWarning)
+        first, second = run_task(method, fed, task), run_task(method, fed, task)
+    assert first[0] == second[0]

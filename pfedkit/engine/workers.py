@@ -70,6 +70,7 @@ def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
     a "train" task."""
     data = fed.client(task.cid)
     if task.kind == "train":
+        method.forget_draws()  # a task run again (a retried worker) repeats its draws by design
         reply, client = method.local_update(task.payload, task.client, data, task.round)
         after = None
         if task.evaluate_after:  # its own seeded draws: measuring leaves every other number as it was

@@ -398,6 +398,10 @@ class Method:
                     continue
                 yield idx
 
+    def forget_draws(self) -> None:
+        """A new local update begins: the draws before it were another update's."""
+        self._drawn = (-1, -1, set())
+
     def note_draw(self, round: int, cid: int, purpose: str) -> None:
         """Warn when one client's round shuffles twice under one purpose: the second draw repeats the first's order."""
         last_round, last_cid, purposes = self._drawn
