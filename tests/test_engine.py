@@ -148,6 +148,9 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
 class _DyingMethod:
     """Stands in for a method whose worker is killed mid-update (as the out-of-memory killer would)."""
 
+    def forget_draws(self):
+        pass
+
     def local_update(self, payload, client, data, round):
         os._exit(9)
 
