@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pfedkit.config import flat, parse_config, read_toml
+from pfedkit.config import flat, read_toml
 from pfedkit.errors import PfedkitError
+from pfedkit.registry import read_saved_config
 from pfedkit.reports.tables import curve_gain, curve_trend, finished_runs, mean_curve, mean_of_last
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
@@ -141,11 +142,10 @@ def saved_config(run: Path) -> dict[str, Any]:
     """The run's config.toml as flat keys, with the defaults of keys added since it ran (absent: the default)."""
     if not (run / "config.toml").exists():
         return {}
-    raw = read_toml(run / "config.toml")
     try:
-        return flat(parse_config(raw).to_dict())
+        return flat(read_saved_config(run / "config.toml").to_dict())
     except PfedkitError:  # a config this version no longer reads: compare what it says
-        return flat(raw)
+        return flat(read_toml(run / "config.toml"))
 
 
 def like_with_like(

@@ -512,14 +512,17 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
         "| paper | claim | judges | verdict | numbers and the rule that decided | scale, rounds | id |",
         "|---|---|---|---|---|---|---|",
     ]
+    floors = []
     for suite in suites:
+        if not suite.claims:
+            continue
+        folders = {scale: root / results_folder(suite.name, scale) for scale in suite.scales}
+        evidence = {scale: suite_evidence(suite, out) for scale, out in folders.items() if has_runs(out)}
+        if evidence:  # the floor is the suite's, whichever scale's folder it is read from
+            floors.append(f"- {suite.name}: {next(iter(evidence.values()))[1]}")
         for number, claim in enumerate(suite.claims, 1):
-            for scale in suite.scales:
-                out = root / results_folder(suite.name, scale)
-                if not has_runs(out):
-                    continue
-                evidence, _ = suite_evidence(suite, out)
-                judgement = judge(claim, evidence)
+            for scale, (judged_on, _) in evidence.items():
+                judgement = judge(claim, judged_on)
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     continue
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
@@ -529,11 +532,6 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                     f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
                     f"| {scale}, {rounds} | `{claim_id(suite, number, scale)}` |"
                 )
-    floors = []
-    for suite in suites:
-        folders = [root / results_folder(suite.name, scale) for scale in suite.scales]
-        if suite.claims and any(has_runs(f) for f in folders):
-            floors.append(f"- {suite.name}: {suite_evidence(suite, next(f for f in folders if has_runs(f)))[1]}")
     return lines + (["", "Noise floors (rule 3), per suite:", "", *floors] if floors else [])
 
 

@@ -83,6 +83,11 @@ def select(state: Mapping[str, Any], parts: Iterable[str]) -> State:
     return {k: v for k, v in state.items() if part_of(k) in parts}
 
 
+def named_by(key: str, names: Iterable[str]) -> bool:
+    """Whether `names` (keys, or prefixes ending in ".") name this state key: server_only's and PartSharing.sent's."""
+    return any(key == name or (name.endswith(".") and key.startswith(name)) for name in names)
+
+
 def strip_prefix(state: Mapping[str, Any], prefix: str) -> State:
     """The entries whose key starts with `prefix`, keyed without it (e.g. a model's head from "head.*" keys)."""
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
@@ -203,7 +208,7 @@ class Method:
 
     @classmethod
     def is_server_only(cls, key: str) -> bool:
-        return any(key == name or (name.endswith(".") and key.startswith(name)) for name in cls.server_only)
+        return named_by(key, cls.server_only)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         """Runs the method's plan (`local_plan`) for this client; a method without one writes this hook itself."""

@@ -6,7 +6,7 @@ from typing import ClassVar, Mapping, Optional
 
 from torch import nn
 
-from pfedkit.methods.base import Method, WeightedMeanFold, select, weighted_mean
+from pfedkit.methods.base import Method, WeightedMeanFold, named_by, select, weighted_mean
 from pfedkit.methods.plan import LocalPlan, Phase
 from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, State
@@ -30,12 +30,7 @@ class PartSharing(Method):
 
     def broadcast(self, server: State, round: int, cid: int) -> State:
         """The shared parts and the keys the method declares as `sent`; anything else stays on the server."""
-        extra = {
-            k: v
-            for k, v in server.items()
-            if any(k == name or (name.endswith(".") and k.startswith(name)) for name in self.sent)
-        }
-        return {**select(server, self.shared), **extra}
+        return {**select(server, self.shared), **{k: v for k, v in server.items() if named_by(k, self.sent)}}
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
         if self.batched()[0]:  # stated as a plan: Method.local_update runs it
