@@ -124,6 +124,22 @@ def run(
         + (f"; evaluated on the {summary['evaluated_on']}" if "evaluated_on" in summary else "")
         + f"; results in {out}"
     )
+    if not quiet and (trained := describe_training(summary.get("training", {}))):
+        click.echo(trained)
+
+
+def describe_training(record: dict) -> str:
+    """One line on how a run's clients trained: per path, and the cohort's steps (captured, replayed, eager)."""
+    paths = ", ".join(f"{n} {path}" for path, n in record.get("paths", {}).items())
+    if not paths:
+        return ""
+    line = f"clients trained: {paths}"
+    if "step_mode" in record:
+        steps = ", ".join(f"{record[k]} {k.removeprefix('steps_')}" for k in sorted(record) if k.startswith("steps_"))
+        line += f"; cohort steps: {record['step_mode']} ({steps})"
+    if "capture_failed" in record:
+        line += f"; capture failed, eager instead: {record['capture_failed']}"
+    return line
 
 
 @main.command()

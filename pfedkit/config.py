@@ -133,6 +133,12 @@ class RunSection(Section):
     # without the batchable form (`pfedkit methods` says which) always go one client at a time
     cohort: Literal["auto", "on", "off"] = "auto"
     cohort_size: int = Field(0, ge=0)  # clients trained together at most (memory); 0 = all the round's clients
+    # how a cohort runs its steps: "auto" captures each repeated step shape once as a CUDA graph on a GPU and replays
+    # it (a step that cannot be captured runs eagerly; summary.json says which ran), eager elsewhere
+    cohort_step: Literal["auto", "eager", "cuda-graph"] = "auto"
+    # runs of one method that differ only in seed (compare --seeds, reproduce) train as one cohort, in one process,
+    # when they take the cohort path: "auto"; "off": one run after another
+    together: Literal["auto", "off"] = "auto"
     ray_address: str = (
         ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run
     )
@@ -284,6 +290,8 @@ PLACEMENT_KEYS = (
     "run.log_to",
     "run.cohort",
     "run.cohort_size",
+    "run.cohort_step",
+    "run.together",
     "method.module",
 )
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pfedkit.data.federated import FederatedDataset
-from pfedkit.engine.cohort import Cohort, sgd_step
+from pfedkit.engine.cohort import Cohort, runs_of_sizes, sgd_step
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.engine.workers import Task
 from pfedkit.methods import METHODS
@@ -59,10 +61,12 @@ def bn_image_model() -> SplitModel:
 
 
 def federation(images: bool, sizes=SIZES, seed: int = 0) -> FederatedDataset:
-    g = torch.Generator().manual_seed(seed)
+    """Made on the CPU whatever the default device (a GPU test moves it with .to)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
     total = sum(sizes) * 2
-    x = torch.randn(total, 3, 6, 6, generator=g) if images else torch.randn(total, 6, generator=g)
-    y = torch.randint(0, 3, (total,), generator=g)
+    shape = (total, 3, 6, 6) if images else (total, 6)
+    x = torch.randn(*shape, generator=g, device="cpu")
+    y = torch.randint(0, 3, (total,), generator=g, device="cpu")
     perm = np.random.default_rng(seed).permutation(total)
     train, test, at = [], [], 0
     for n in sizes:
@@ -196,6 +200,56 @@ def test_after_local_evaluation_comes_with_the_replies():
         assert after == evaluate_model(model, data.test_x, data.test_y)
 
 
+class CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedrep", "ditto"])
+def test_a_cohort_steps_on_slices_of_its_stacks_without_gathering_them(name):
+    """Clients ordered by size: at every step those still training are a prefix, partial batches sit together."""
+    method = method_for(name, images=True)
+    fed = federation(True, sizes=[13, 7, 22, 1, 9, 30])
+    tasks = round_tasks(method, fed, round=1)
+    with CountOps() as counted:
+        got = dict(Cohort(method, fed).train(tasks))
+    assert counted.ops["aten.index_select"] == 0 and counted.ops["aten.index_copy_"] == 0
+    for t in tasks:
+        reply, state = method.local_update(t.payload, t.client, fed.client(t.cid), 1)
+        assert_states_close(got[t.cid][0], reply, f"client {t.cid} reply")
+        assert_states_close(got[t.cid][1], state, f"client {t.cid} state")
+
+
+def test_runs_of_equal_batch_sizes_are_found_in_slot_order():
+    assert runs_of_sizes([4, 4, 4, 2, 2, 1, 0, 0]) == [(0, 3, 4), (3, 5, 2), (5, 6, 1)]
+    assert runs_of_sizes([4, 3, 4, 0]) == [(0, 1, 4), (1, 2, 3), (2, 3, 4)]  # never a gather: three slices
+    assert runs_of_sizes([0, 0]) == []
+
+
+@pytest.mark.parametrize(
+    "name,images",
+    [("fedavg", True), ("fedper", False), ("ditto", True), ("fedafk", True), ("pgfedsplit", True)],
+)
+def test_captured_steps_replayed_equal_eager_steps_across_rounds_of_changing_cohorts(name, images):
+    """The capture bookkeeping (static input buffers, stacks kept from round to round, a step shape's key) without
+    CUDA: a replayed step is the captured step called on the captured buffers, as a graph replay would be."""
+    method, fed = method_for(name, images), federation(images, sizes=[13, 7, 22, 1, 9, 30])
+    replaying = Cohort(method, fed, step_mode="replay")
+    for round, clients in ((1, None), (2, [0, 2, 3, 5]), (3, None)):
+        tasks = [t for t in round_tasks(method, fed, round=round) if clients is None or t.cid in clients]
+        got = dict(replaying.train(tasks))
+        want = dict(Cohort(method, fed).train(tasks))
+        for cid in want:
+            assert_states_close(got[cid][0], want[cid][0], f"round {round} client {cid} reply")
+            assert_states_close(got[cid][1], want[cid][1], f"round {round} client {cid} state")
+    assert replaying.runner.counts["replayed"] > 0 and replaying.runner.counts["captured"] > 0
+
+
 def test_functional_sgd_equals_torch_sgd_with_momentum_and_weight_decay():
     torch.manual_seed(0)
     p = torch.randn(5, requires_grad=True)
@@ -293,6 +347,71 @@ def test_a_killed_cohort_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_
     assert [[r[k] for k in COMPARED] for r in got] == [[r[k] for k in COMPARED] for r in want]
 
 
+def seeds_apart_and_together(tmp_path, base: dict, seeds=(0, 1, 2), **run):
+    """Each seed's config, with run.cohort on (and `run`), and the folders they go to."""
+    return {tmp_path / f"seed{seed}": synthetic(**base, run={"cohort": "on", "seed": seed, **run}) for seed in seeds}
+
+
+def assert_same_metrics(got_dir, want_dir) -> None:
+    got, want = read_csv(got_dir / "metrics.csv"), read_csv(want_dir / "metrics.csv")
+    assert [int(r["round"]) for r in got] == [int(r["round"]) for r in want]
+    for a, b in zip(got, want):
+        for key in ("acc", "acc_client_mean", "loss", "bytes_down", "bytes_up", "clients_trained"):
+            if a[key] not in ("", None):
+                assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5), f"{got_dir} round {a['round']} {key}"
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedrep", "pgfedsplit"])
+def test_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
+    from pfedkit.engine import together
+    from pfedkit.experiments.pipeline import run_configs
+
+    sizes = []
+    original = together.train_together
+    monkeypatch.setattr(
+        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
+    )
+    base = dict(method={"name": name}, train={"rounds": 3, "momentum": 0.5, "join_ratio": 0.5})
+    runs = seeds_apart_and_together(tmp_path / "together", base)
+    summaries = run_configs(runs, resume=False, progress=False, log=lambda line: None)
+    assert sizes == [3, 3, 3]  # every round of the three runs: one computation
+    for run_dir in runs:
+        assert summaries[run_dir]["training"]["paths"] == {"cohort": 9}  # 3 of 6 clients for 3 rounds
+    alone = seeds_apart_and_together(tmp_path / "alone", base, together="off")
+    run_configs(alone, resume=False, progress=False, log=lambda line: None)
+    assert sizes == [3, 3, 3]
+    for got, want in zip(runs, alone):
+        assert_same_metrics(got, want)
+
+
+def test_a_killed_group_of_runs_resumes_each_run_to_the_numbers_of_an_uninterrupted_one(tmp_path):
+    from pfedkit.engine.simulation import simulate
+    from pfedkit.engine.together import run_together
+    from pfedkit.experiments.pipeline import run_configs
+
+    base = dict(method={"name": "fedper"}, train={"rounds": 5, "momentum": 0.9})
+    runs = seeds_apart_and_together(tmp_path / "group", base, checkpoint_every=2)
+
+    def stop_in_round_3(row):  # one run dies in round 3 (its checkpoint holds round 2); the others go on to the end
+        if row["round"] == 3:
+            raise _Stop
+
+    def start(run_dir, cfg, member):
+        stops = [stop_in_round_3] if run_dir.name == "seed1" else []
+        return simulate(cfg, run_dir, progress=False, observers=stops, together=member)
+
+    outcomes = run_together(runs, start)
+    assert isinstance(outcomes[tmp_path / "group" / "seed1"], _Stop)
+    assert "last_acc" in outcomes[tmp_path / "group" / "seed0"] and "last_acc" in outcomes[tmp_path / "group" / "seed2"]
+    run_configs(runs, resume=True, progress=False, log=lambda line: None)  # seed1 alone now, from round 2
+    for run_dir, cfg in runs.items():
+        straight = tmp_path / "straight" / run_dir.name
+        simulate(
+            cfg.model_copy(update={"run": cfg.run.model_copy(update={"together": "off"})}), straight, progress=False
+        )
+        assert_same_metrics(run_dir, straight)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", BATCHED)
@@ -327,6 +446,41 @@ def test_on_a_gpu_a_run_takes_the_cohort_path_by_default_and_ends_where_the_per_
         synthetic(**settings, run={"device": "cuda", "cohort": "off"}), tmp_path / "off", progress=False
     )
     assert abs(on["last_acc"] - off["last_acc"]) <= 0.001 and abs(on["last_acc_after"] - off["last_acc_after"]) <= 0.001
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["fedavg", "fedper", "fedrep", "ditto", "fedafk", "pgfedsplit", "fedpac"])
+def test_on_a_gpu_steps_captured_as_cuda_graphs_equal_eager_steps_across_rounds(name):
+    with torch.device("cuda"):
+        method = method_for(name, images=True)
+        fed = federation(True, sizes=[13, 7, 22, 1, 9, 30]).to(torch.device("cuda"))
+        graphs = Cohort(method, fed, step_mode="cuda-graph")
+        for round, clients in ((1, None), (2, [0, 2, 3, 5]), (3, None)):
+            tasks = [t for t in round_tasks(method, fed, round=round) if clients is None or t.cid in clients]
+            got = dict(graphs.train(tasks))
+            want = dict(Cohort(method, fed).train(tasks))
+            for cid in want:
+                assert_states_close(got[cid][0], want[cid][0], f"round {round} client {cid} reply")
+                assert_states_close(got[cid][1], want[cid][1], f"round {round} client {cid} state")
+    assert graphs.runner.counts["replayed"] > 0 and "capture_failed" not in graphs.runner.record(), (
+        graphs.runner.record()
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path):
+    from pfedkit.experiments.pipeline import run_configs
+
+    base = dict(method={"name": "fedavg"}, train={"rounds": 3, "momentum": 0.5})
+    runs = seeds_apart_and_together(tmp_path / "together", base, device="cuda", cohort="auto")
+    summaries = run_configs(runs, resume=False, progress=False, log=lambda line: None)
+    alone = seeds_apart_and_together(tmp_path / "alone", base, device="cuda", cohort="auto", together="off")
+    run_configs(alone, resume=False, progress=False, log=lambda line: None)
+    for got, want in zip(runs, alone):
+        assert summaries[got]["training"]["step_mode"] == "cuda-graph"
+        assert_same_metrics(got, want)
 
 
 def test_the_cohort_path_is_the_default_on_a_gpu_and_never_on_a_cpu():

@@ -1,20 +1,26 @@
-"""Cohort training: the clients of a round trained together as one batched computation, and their personalized models
-evaluated the same way (`run.cohort`).
+"""Cohort training: the clients of a round (of one run, or of several runs differing only in seed) trained together as
+one batched computation, and their personalized models evaluated the same way (`run.cohort`).
 
 A client's batch-10 step of a small CNN is a few dozen tiny kernels, so a GPU training clients one after another sits
 idle. Here every client's weights are stacked along a leading dimension, each step runs all the clients' batches
 through `torch.func.vmap(functional_call)`, one backward pass gives every client its own gradient (the clients' losses
 are independent, so the gradient of their sum is each client's own), and a functional SGD (momentum, weight decay, as
 `torch.optim.SGD`) updates the stack. Batch orders and augmentation draws are the very ones `Method.fit` takes, seeded
-by (seed, round, client, purpose), so a cohort equals the per-client path up to float rounding. Clients with fewer
-steps drop out of later steps; a step's clients are grouped by batch size, so partial last batches are exact, and
-BatchNorm statistics (each client's own, stacked) see exactly the client's batch. Nothing in the step loop reads a
-value back to the host.
+by (seed, round, client, purpose), so a cohort equals the per-client path up to float rounding.
+
+Static shapes: the clients are ordered by training size, so at each step the clients still training are a prefix of
+the stack and those ending on a partial batch sit next to each other; a step runs on slices of the stacks (views, no
+gather or scatter), one slice per batch size, so partial batches and BatchNorm statistics are exact without padding.
+A phase's batches are gathered (and augmented) into buffers ahead of the steps, a piece at a time. The stacks live in
+buffers kept across rounds, so on a GPU each repeated step shape is captured once as a CUDA graph and replayed
+(`run.cohort_step`); a step that cannot be captured runs eagerly, and the run's summary says which ran. Nothing in the
+step loop reads a value back to the host.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import contextlib
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional
 
@@ -25,6 +31,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.errors import ConfigError
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
 from pfedkit.methods.base import Method, compute_features, deterministic_body, part_of, uses_batchnorm
 from pfedkit.methods.plan import Apply, FunctionalNet, Joint, LocalPlan, Phase, sgd_step
@@ -33,6 +40,8 @@ from pfedkit.records import ClientData, State
 from pfedkit.seeding import seeded_torch, torch_generator
 
 EVAL_SAMPLES = 8192  # samples in one batched evaluation pass, over all the clients in it
+GATHER_BYTES = 256 * 2**20  # a phase's batches are gathered ahead in pieces of at most this many bytes
+WARMUP = 2  # eager runs of a step shape before it is captured: a CUDA graph needs a warmed-up step
 
 
 def has_dropout(model: nn.Module) -> bool:
@@ -50,32 +59,221 @@ def stack(states: list[State]) -> dict[str, torch.Tensor]:
 
 
 @dataclass
-class Schedule:
-    """The step table of one phase over a cohort: which samples each client's t-th batch takes."""
+class Slot:
+    """One client's local update in a cohort: the run it belongs to, its task, state, data and plan, and where its
+    run's training data start in the cohort's data pool."""
 
-    rows: torch.Tensor  # [T, C, B] rows of the data pool (on the device); padding where a client has no such batch
-    sizes: np.ndarray  # [T, C] batch sizes; 0 once a client has run out of batches
-    draws: Optional[torch.Tensor]  # [T, C, B, 3] augmentation draws (crop-flip), or None
+    run: "Cohort"
+    task: Any
+    client: State
+    data: ClientData
+    plan: LocalPlan
+    offset: int = 0
 
-    def groups(self, t: int) -> list[tuple[int, Optional[np.ndarray]]]:
-        """The step's clients by batch size: (size, the clients' slots, or None for all of them)."""
-        sizes = self.sizes[t]
-        by_size: dict[int, list[int]] = defaultdict(list)
-        for slot, size in enumerate(sizes.tolist()):
-            if size:
-                by_size[size].append(slot)
-        if len(by_size) == 1 and len(next(iter(by_size.values()))) == len(sizes):
-            return [(next(iter(by_size)), None)]
-        return [(size, np.array(slots)) for size, slots in sorted(by_size.items())]
+    @property
+    def method(self) -> Method:
+        return self.run.method
+
+    def rows(self) -> torch.Tensor:
+        """Its training samples' rows in the cohort's data pool."""
+        fed = self.run.fed
+        return torch.as_tensor(fed.train_idx[self.task.cid], dtype=torch.long, device=fed.train_x.device) + self.offset
+
+
+@dataclass(frozen=True)
+class Group:
+    """Consecutive slots [start, stop) that each take one batch of `size` samples at one step: a step on a slice of
+    every stack. `at`: where its batches start in the layout's rows."""
+
+    start: int
+    stop: int
+    size: int
+    at: int
+
+
+@dataclass
+class Layout:
+    """A phase's batches over the cohort's slots in the order they run: step by step, each step's clients split into
+    runs of consecutive slots with one batch size (with slots ordered by training size, mostly one run: the clients
+    still training are a prefix). `rows` [N] and `draws` [N, 3] hold the batches' pool rows and augmentation draws in
+    that order."""
+
+    groups: list[Group]
+    rows: torch.Tensor
+    draws: Optional[torch.Tensor]
+
+    def pieces(
+        self, pool_x: torch.Tensor, pool_y: torch.Tensor, limit_bytes: int = GATHER_BYTES
+    ) -> Iterator[tuple[list[Group], torch.Tensor, torch.Tensor, int]]:
+        """The groups in pieces whose batches are gathered (and augmented) at once: (groups, x, y, first row)."""
+        per_sample = max(pool_x[:1].numel() * pool_x.element_size(), 1)
+        limit = max(limit_bytes // per_sample, 1)
+        start, count, first = 0, 0, 0
+        for i, group in enumerate(self.groups):
+            n = (group.stop - group.start) * group.size
+            if count and count + n > limit:
+                yield self.gather(self.groups[start:i], pool_x, pool_y, first, first + count)
+                start, first, count = i, first + count, 0
+            count += n
+        if count:
+            yield self.gather(self.groups[start:], pool_x, pool_y, first, first + count)
+
+    def gather(
+        self, groups: list[Group], pool_x: torch.Tensor, pool_y: torch.Tensor, begin: int, end: int
+    ) -> tuple[list[Group], torch.Tensor, torch.Tensor, int]:
+        rows = self.rows[begin:end]
+        x = pool_x[rows]
+        if self.draws is not None:
+            x = apply_crop_flip(x, self.draws[begin:end])
+        return groups, x, pool_y[rows], begin
+
+
+def runs_of_sizes(sizes: list[int]) -> list[tuple[int, int, int]]:
+    """Maximal runs of consecutive equal, non-zero sizes: (start, stop, size)."""
+    runs, start = [], None
+    for slot, size in enumerate([*sizes, 0]):
+        if start is not None and size != sizes[start]:
+            runs.append((start, slot, sizes[start]))
+            start = None
+        if start is None and size:
+            start = slot
+    return runs
+
+
+class StepRunner:
+    """Runs the steps of cohort phases: eagerly, or (on a GPU, `cuda-graph`) each step shape seen WARMUP times is
+    captured once as a CUDA graph and replayed from then on, with the step's batch copied into the graph's input
+    buffers. A shape whose capture fails runs eagerly from then on; the first failure is kept for the run's record.
+    `replay` is the same bookkeeping without CUDA (the step called on the captured buffers): the CPU tests of it."""
+
+    MODES = ("eager", "cuda-graph", "replay")
+
+    def __init__(self, mode: str = "eager"):
+        if mode not in self.MODES:
+            raise ValueError(f"unknown cohort step mode {mode!r}; modes: {', '.join(self.MODES)}")
+        self.mode = mode
+        self.captured: dict[Any, tuple[Any, torch.Tensor, torch.Tensor, Callable, dict]] = {}
+        self.seen: Counter = Counter()
+        self.refused: set = set()
+        self.counts: Counter = Counter()
+        self.failure: Optional[str] = None
+        self.pool = None
+        self.stream = None
+
+    def run(self, key: Any, step: Callable, view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
+        if self.mode == "eager" or key is None or key in self.refused:
+            self.counts["eager"] += 1
+            return step(view, x, y)
+        entry = self.captured.get(key)
+        if entry is None:
+            self.seen[key] += 1
+            if self.seen[key] <= WARMUP:
+                self.counts["eager"] += 1
+                return step(view, x, y)
+            entry = self.capture(key, step, view, x, y)
+            if entry is None:
+                self.counts["eager"] += 1
+                return step(view, x, y)
+        graph, static_x, static_y, _, _ = entry
+        static_x.copy_(x)
+        static_y.copy_(y)
+        self.replay(entry)
+        self.counts["replayed"] += 1
+
+    def scope(self) -> Any:
+        """Where steps run: on a GPU capturing graphs, a side stream (warm-up and capture off the default stream, as
+        CUDA graphs ask), joined to the default stream on entry and exit."""
+        if self.mode != "cuda-graph":
+            return contextlib.nullcontext()
+        return side_stream(self)
+
+    def capture(self, key: Any, step: Callable, view: dict, x: torch.Tensor, y: torch.Tensor) -> Optional[tuple]:
+        static_x, static_y = x.clone(), y.clone()
+        if self.mode == "replay":
+            entry = (None, static_x, static_y, step, view)
+        else:
+            try:
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool):
+                    step(view, static_x, static_y)
+            except Exception as err:  # an operation that cannot be captured (a host sync, a CPU tensor): eager
+                self.refused.add(key)
+                self.failure = self.failure or f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                return None
+            entry = (graph, static_x, static_y, step, view)
+        self.captured[key] = entry
+        self.counts["captured"] += 1
+        return entry
+
+    def replay(self, entry: tuple) -> None:
+        graph, static_x, static_y, step, view = entry
+        if graph is None:
+            step(view, static_x, static_y)
+        else:
+            graph.replay()
+
+    def record(self) -> dict[str, Any]:
+        """What ran, for the run's summary: the mode, steps run eagerly and replayed, shapes captured, a failure."""
+        out: dict[str, Any] = {"step_mode": self.mode, **{f"steps_{k}": v for k, v in sorted(self.counts.items())}}
+        if self.failure:
+            out["capture_failed"] = self.failure
+        return out
+
+
+@contextlib.contextmanager
+def side_stream(runner: StepRunner) -> Iterator[None]:
+    if runner.stream is None:
+        runner.stream = torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+    runner.stream.wait_stream(main)
+    with torch.cuda.stream(runner.stream):
+        yield
+    main.wait_stream(runner.stream)
+
+
+class Arena:
+    """Stacked tensors kept from round to round (same names, shapes and client count: the same buffers), so that the
+    views a captured step reads and writes stay where its graph expects them."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[Any, dict[str, torch.Tensor]] = {}
+
+    def stack(self, tag: Any, states: list[State]) -> dict[str, torch.Tensor]:
+        first = states[0]
+        key = (tag, len(states), tuple((k, tuple(v.shape), v.dtype, v.device) for k, v in first.items()))
+        held = self.buffers.get(key)
+        with torch.no_grad():
+            if held is None:
+                held = self.buffers[key] = stack(states)
+            else:
+                for k, buffer in held.items():
+                    torch.stack([state[k] for state in states], out=buffer)
+        return held
+
+    def zeros_like(self, tag: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        key = (tag, tuple((k, tuple(v.shape), v.dtype, v.device) for k, v in tensors.items()))
+        held = self.buffers.get(key)
+        if held is None:
+            held = self.buffers[key] = {k: torch.zeros_like(v) for k, v in tensors.items()}
+        else:
+            for buffer in held.values():
+                buffer.zero_()
+        return held
 
 
 class Cohort:
-    """Runs one method's plans and evaluations for many clients at once, on the device the data are on."""
+    """Runs one run's plans and evaluations for many clients at once, on the device its data are on; with
+    `train_together`, several runs' clients at once."""
 
-    def __init__(self, method: Method, fed: Any, cohort_size: int = 0):
+    def __init__(self, method: Method, fed: Any, cohort_size: int = 0, step_mode: str = "eager"):
         self.method, self.fed, self.cohort_size = method, fed, cohort_size
         self.device = fed.train_x.device
-        self._slots: dict[tuple[int, ...], torch.Tensor] = {}
+        self.runner = StepRunner(step_mode)
+        self.arena = Arena()
+        self._pools: dict[tuple[int, ...], tuple[list, torch.Tensor, torch.Tensor]] = {}
+        self.paths: Counter = Counter()  # clients trained by path this run: "cohort", "one at a time (reason)"
 
     # ---- what can be batched ----
     def trains(self) -> bool:
@@ -84,31 +282,28 @@ class Cohort:
     def evaluates(self) -> bool:
         return self.method.batched()[1]
 
+    def signature(self) -> tuple[Any, ...]:
+        """What runs must share to train in one cohort: the method and its settings but the seed, and the model."""
+        method = self.method
+        return (
+            type(method),
+            method.params.model_dump_json(),
+            method.ctx.train,
+            repr(method.model),
+            tuple((k, tuple(v.shape), v.dtype) for k, v in method.model.state_dict().items()),
+            self.device,
+        )
+
+    def record(self) -> dict[str, Any]:
+        """How this run's clients trained (for summary.json)."""
+        return {"paths": dict(self.paths), **self.runner.record()}
+
     # ---- training ----
     def train(self, tasks: list[Any]) -> Iterator[tuple[int, tuple[State, State, Any]]]:
-        """(cid, (reply, new client state, evaluation after the update or None)) for each training task."""
-        method, groups = self.method, defaultdict(list)
-        prepared = []
-        for task in sorted(tasks, key=lambda t: t.cid):
-            client = task.client() if callable(task.client) else task.client
-            data = self.fed.client(task.cid)
-            plan = method.local_plan(task.payload, client, data, task.round)
-            if plan is None:  # a reading the method writes as code only (FedAFK's APFL mu step): one at a time
-                reply, state = method.local_update(task.payload, client, data, task.round)
-                yield task.cid, (reply, state, self.after_local(task, reply, state, data))
-                continue
-            prepared.append((task, client, data, plan))
-            groups[tuple(p.shape() for p in plan.phases)].append(len(prepared) - 1)
-        for members in groups.values():  # clients whose plans differ only in their tensors train together
-            size = self.cohort_size or len(members)
-            for start in range(0, len(members), size):
-                chunk = [prepared[i] for i in members[start : start + size]]
-                trained = self.run_plans(
-                    [plan for _, _, _, plan in chunk], [data for _, _, data, _ in chunk], chunk[0][0].round
-                )
-                for (task, client, data, plan), weights in zip(chunk, trained):
-                    reply, state = method.plan_result(weights, plan, data, task.round)
-                    yield task.cid, (reply, state, self.after_local(task, reply, state, data))
+        """(cid, (reply, new client state, evaluation after the update or None)) for each training task, in client
+        order."""
+        for _, cid, result in train_together([(self, tasks)]):
+            yield cid, result
 
     def after_local(self, task: Any, reply: State, state: State, data: ClientData) -> Optional[tuple[int, float, int]]:
         """The evaluation right after the update, with eval.point after-local: as the per-client path, its own draws."""
@@ -119,17 +314,38 @@ class Cohort:
             model = method.trained_model(reply, state, task.payload, data, task.round)
             return evaluate_model(model, data.test_x, data.test_y)
 
-    def run_plans(self, plans: list[LocalPlan], datas: list[ClientData], round: int) -> list[dict[str, State]]:
-        """Every client's plan at once; each client's trained weights by model name."""
-        stacks = {name: stack([plan.models[name] for plan in plans]) for name in plans[0].models}
+    def pool(self, slots: list[Slot]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training data of the slots' runs as one pool (a run's own when all are of one run, else their
+        concatenation, kept for later rounds), each slot's offset in it set."""
+        feds = list({id(s.run.fed): s.run.fed for s in slots}.values())
+        if len(feds) == 1:
+            for s in slots:
+                s.offset = 0
+            return feds[0].train_x, feds[0].train_y
+        key = tuple(id(f) for f in feds)
+        if key not in self._pools:
+            self._pools[key] = (feds, torch.cat([f.train_x for f in feds]), torch.cat([f.train_y for f in feds]))
+        starts = dict(zip(key, np.cumsum([0] + [len(f.train_x) for f in feds[:-1]]).tolist()))
+        for s in slots:
+            s.offset = int(starts[id(s.run.fed)])
+        return self._pools[key][1], self._pools[key][2]
+
+    def run_plans(self, slots: list[Slot]) -> list[dict[str, State]]:
+        """Every slot's plan at once (slots ordered by training size, largest first); each slot's trained weights by
+        model name."""
+        plans = [s.plan for s in slots]
+        stacks = {
+            name: self.arena.stack(("model", name), [plan.models[name] for plan in plans]) for name in plans[0].models
+        }
+        pool_x, pool_y = self.pool(slots)
         for index, stage in enumerate(plans[0].phases):
             if isinstance(stage, Joint):
-                self.run_joint(stacks, stage, datas, round)
+                self.run_joint(stacks, stage, slots, pool_x, pool_y)
             elif isinstance(stage, Apply):
                 with torch.no_grad():
                     stage.fn(stacks)
             else:
-                self.run_phase(stacks[stage.model], [plan.phases[index] for plan in plans], datas, round)
+                self.run_phase(stacks[stage.model], [plan.phases[index] for plan in plans], slots, pool_x, pool_y)
         return [
             {
                 name: {key: value[slot].detach().clone() for key, value in stacks[name].items()}
@@ -139,60 +355,63 @@ class Cohort:
         ]
 
     def run_joint(
-        self, stacks: dict[str, dict[str, torch.Tensor]], stage: Joint, datas: list[ClientData], round: int
+        self,
+        stacks: dict[str, dict[str, torch.Tensor]],
+        stage: Joint,
+        slots: list[Slot],
+        pool_x: torch.Tensor,
+        pool_y: torch.Tensor,
     ) -> None:
         """A step the method writes, over several stacked models, on every batch of the clients' shared schedule."""
-        rows = [self.train_rows(d.cid) for d in datas]
-        augment = self.method.ctx.train.augment == "crop-flip" and self.fed.train_x.dim() == 4
-        schedule = self.schedule(stage, datas, rows, round, augment=augment, drop_single=stage.drop_single)
-        self.run_steps(stacks, schedule, self.fed.train_x, self.fed.train_y, stage.step)
+        augment = self.method.ctx.train.augment == "crop-flip" and pool_x.dim() == 4
+        layout = self.layout(stage, slots, [s.rows() for s in slots], augment=augment, drop_single=stage.drop_single)
+        self.run_steps(stacks, layout, pool_x, pool_y, stage.step, ("joint", stage.shape()))
 
     def run_steps(
         self,
         state: dict[str, dict[str, torch.Tensor]],
-        schedule: "Schedule",
+        layout: Layout,
         pool_x: torch.Tensor,
         pool_y: torch.Tensor,
         step: Callable[[dict, torch.Tensor, torch.Tensor], None],
+        key: Any,
     ) -> None:
-        """`step(view, x, y)` for each step of the schedule, once per batch size among the step's clients: `view`
-        holds the stacks of those clients (the stacks themselves when all take part, else copies written back after)
-        and changes them in place."""
-        with no_device_mode():
-            for t in range(len(schedule.sizes)):
-                for size, slots in schedule.groups(t):
-                    if slots is None:
-                        view, rows = state, schedule.rows[t, :, :size]
-                        draws = None if schedule.draws is None else schedule.draws[t, :, :size]
-                    else:
-                        index = self.slot_index(slots)
-                        view = {
-                            name: {k: v.index_select(0, index) for k, v in part.items()} for name, part in state.items()
+        """`step(view, x, y)` for each group of the layout, in order: `view` holds slices of the stacks (views: the
+        step's changes land in the stacks), x [G, B, ...] and y [G, B] the group's batches. `key` names the step's
+        form for capture (None: never captured)."""
+        runner = self.runner
+        if key is not None:  # the buffers the step reads and writes: a captured step is bound to them
+            key = (key, tuple(t.data_ptr() for part in state.values() for t in part.values()))
+        views: dict[tuple[int, int], dict] = {}
+        with no_device_mode(), runner.scope():
+            for groups, x_piece, y_piece, first in layout.pieces(pool_x, pool_y):
+                form = (tuple(x_piece.shape[1:]), x_piece.dtype)
+                for group in groups:
+                    count = group.stop - group.start
+                    at = group.at - first
+                    x = x_piece[at : at + count * group.size].view(count, group.size, *x_piece.shape[1:])
+                    y = y_piece[at : at + count * group.size].view(count, group.size)
+                    span = (group.start, group.stop)
+                    if span not in views:  # slices of the stacks: views, so the step's changes land in them
+                        views[span] = {
+                            name: {k: v[span[0] : span[1]] for k, v in part.items()} for name, part in state.items()
                         }
-                        rows = schedule.rows[t].index_select(0, index)[:, :size]
-                        draws = None if schedule.draws is None else schedule.draws[t].index_select(0, index)[:, :size]
-                    x = pool_x[rows]
-                    if draws is not None:
-                        x = apply_crop_flip(x, draws)
-                    step(view, x, pool_y[rows])
-                    if slots is not None:
-                        with torch.no_grad():
-                            for name, part in view.items():
-                                for k, value in part.items():
-                                    state[name][k].index_copy_(0, index, value)
+                    step_key = None if key is None else (key, form, group.start, group.stop, group.size)
+                    runner.run(step_key, step, views[span], x, y)
 
     def run_phase(
-        self, weights: dict[str, torch.Tensor], phases: list[Phase], datas: list[ClientData], round: int
+        self, weights: dict[str, torch.Tensor], phases: list[Phase], slots: list[Slot], pool_x, pool_y
     ) -> None:
-        """One phase of every client's plan (the same but for their tensors) on the stacked weights, in place."""
+        """One phase of every slot's plan (the same but for their tensors) on the stacked weights, in place."""
         method, cfg, phase = self.method, self.method.ctx.train, phases[0]
-        given = stack([p.given for p in phases]) if phase.given else {}
+        given = self.arena.stack(("given", phase.shape()), [p.given for p in phases]) if phase.given else {}
         template = method.working_model(phase.model)
         lr = cfg.lr if phase.lr is None else phase.lr
         momentum = cfg.momentum if phase.momentum is None else phase.momentum
         weight_decay = cfg.weight_decay if phase.weight_decay is None else phase.weight_decay
         param_names = [name for name, _ in template.named_parameters()]
-        pool_x, pool_y, rows = self.fed.train_x, self.fed.train_y, [self.train_rows(d.cid) for d in datas]
+        rows = [s.rows() for s in slots]
+        datas = [s.data for s in slots]
         head_inputs = phase.head_inputs is not None
         if head_inputs or (phase.head_features and deterministic_body(template) and cfg.augment == "none"):
             # the head alone, on given inputs (an embedding set) or, as fit_head, on features computed once
@@ -205,21 +424,22 @@ class Cohort:
                 datas = [replace(d, train_x=p.head_inputs[0], train_y=p.head_inputs[1]) for d, p in zip(datas, phases)]
             else:
                 pool_y = torch.cat([pool_y[r] for r in rows])
-                pool_x, rows = self.features(template, weights, rows)
+                pool_x, rows = self.features(template, weights, pool_x, rows)
             template = SplitModel(nn.Identity(), template.head, template.feature_dim)
             param_names = [name for name in param_names if part_of(name) == "head"]
             weights = {key: value for key, value in weights.items() if part_of(key) == "head"}
         trained = [name for name in param_names if part_of(name) in phase.parts]
         fixed = [key for key in weights if key not in trained]
-        schedule = self.schedule(
+        layout = self.layout(
             phase,
-            datas,
+            [replace(s, data=d) for s, d in zip(slots, datas)],
             rows,
-            round,
             augment=cfg.augment == "crop-flip" and pool_x.dim() == 4,
             drop_single=uses_batchnorm(template),
         )
-        momenta = {name: torch.zeros_like(weights[name]) for name in trained} if momentum else {}
+        momenta = (
+            self.arena.zeros_like(("momenta", phase.shape()), {n: weights[n] for n in trained}) if momentum else {}
+        )
         loss = phase.loss
 
         def client_loss(train_w: dict, fixed_w: dict, x: torch.Tensor, y: torch.Tensor, given_c: dict) -> torch.Tensor:
@@ -239,66 +459,53 @@ class Cohort:
                 sgd_step(params, list(grads), list(view["momenta"].values()) or None, lr, momentum, weight_decay)
 
         template.train()
-        self.run_steps({"weights": weights, "momenta": momenta, "given": given}, schedule, pool_x, pool_y, step)
-
-    def slot_index(self, slots: np.ndarray) -> torch.Tensor:
-        key = tuple(slots.tolist())
-        if key not in self._slots:
-            self._slots[key] = torch.as_tensor(slots, dtype=torch.long, device=self.device)
-        return self._slots[key]
-
-    def train_rows(self, cid: int) -> torch.Tensor:
-        return torch.as_tensor(self.fed.train_idx[cid], dtype=torch.long, device=self.device)
+        state = {"weights": weights, "momenta": momenta, "given": given}
+        key = ("phase", phase.shape(), id(template), tuple(trained), head_inputs)
+        self.run_steps(state, layout, pool_x, pool_y, step, key)
 
     @torch.no_grad()
     def features(
-        self, template: SplitModel, weights: dict[str, torch.Tensor], rows: list[torch.Tensor]
+        self, template: SplitModel, weights: dict[str, torch.Tensor], pool_x: torch.Tensor, rows: list[torch.Tensor]
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Each client's training features through its own body, in one pool; each client's rows in it."""
         feats, offsets, start = [], [], 0
         for slot, client_rows in enumerate(rows):
             net = FunctionalNet(template, {k: v[slot] for k, v in weights.items()})
-            feats.append(compute_features(net, self.fed.train_x[client_rows]))  # as fit_head computes them
+            feats.append(compute_features(net, pool_x[client_rows]))  # as fit_head computes them
             offsets.append(torch.arange(start, start + len(client_rows), device=self.device))
             start += len(client_rows)
         return torch.cat(feats), offsets
 
-    def schedule(
-        self,
-        phase: Phase,
-        datas: list[ClientData],
-        rows: list[torch.Tensor],
-        round: int,
-        augment: bool,
-        drop_single: bool,
-    ) -> Schedule:
-        """Each client's batches from `Method.batches` (the same seeded orders), laid out as a step table."""
-        method = self.method
+    def layout(
+        self, phase: Phase | Joint, slots: list[Slot], rows: list[torch.Tensor], augment: bool, drop_single: bool
+    ) -> Layout:
+        """Each slot's batches from its run's `Method.batches` (the same seeded orders), laid out step by step."""
         per_client, per_draws = [], []
-        for data, client_rows in zip(datas, rows):
+        for slot, client_rows in zip(slots, rows):
+            method, data, round = slot.method, slot.data, slot.task.round
             order = list(method.batches(data, round, phase.purpose, phase.epochs, drop_single))
             cuts = np.cumsum([len(idx) for idx in order])[:-1]
             flat = torch.cat(order).to(self.device) if order else torch.zeros(0, dtype=torch.long, device=self.device)
-            per_client.append(np.split(client_rows[flat].cpu().numpy(), cuts))  # one read back per client
+            per_client.append(np.split(client_rows[flat].cpu().numpy(), cuts) if order else [])  # one read-back
             if augment:
                 gen = torch_generator(method.ctx.seed, round, data.cid, phase.purpose + "/augment")
                 drawn = [crop_flip_draws(len(idx), gen) for idx in order]
                 per_draws.append(np.split(torch.cat(drawn).cpu().numpy(), cuts) if drawn else [])
         steps = max((len(b) for b in per_client), default=0)
-        width = max((len(batch) for b in per_client for batch in b), default=1)
-        table = np.zeros((steps, len(datas), width), dtype=np.int64)
-        sizes = np.zeros((steps, len(datas)), dtype=np.int64)
-        draws = np.zeros((steps, len(datas), width, 3), dtype=np.int64) if augment else None
-        for slot, batches in enumerate(per_client):
-            for t, batch in enumerate(batches):
-                table[t, slot, : len(batch)] = batch
-                sizes[t, slot] = len(batch)
+        groups, chosen, draws, at = [], [], [], 0
+        for t in range(steps):
+            sizes = [len(b[t]) if t < len(b) else 0 for b in per_client]
+            for start, stop, size in runs_of_sizes(sizes):
+                groups.append(Group(start, stop, size, at))
+                at += (stop - start) * size
+                chosen.extend(per_client[s][t] for s in range(start, stop))
                 if augment:
-                    draws[t, slot, : len(batch)] = per_draws[slot][t]
-        return Schedule(
-            torch.as_tensor(table, device=self.device),
-            sizes,
-            None if draws is None else torch.as_tensor(draws, device=self.device),
+                    draws.extend(per_draws[s][t] for s in range(start, stop))
+        table = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        return Layout(
+            groups,
+            torch.as_tensor(table, dtype=torch.long, device=self.device),
+            torch.as_tensor(np.concatenate(draws), device=self.device) if draws else None,
         )
 
     # ---- evaluation ----
@@ -332,7 +539,7 @@ class Cohort:
                 padded[slot, : len(r)] = r
             for begin in range(0, int(counts.max(initial=0)), width):
                 active = np.flatnonzero(counts > begin)
-                index = self.slot_index(active)
+                index = torch.as_tensor(active, dtype=torch.long, device=self.device)
                 end = min(begin + width, int(counts[active].max()))
                 chunk_rows = padded.index_select(0, index)[:, begin:end]
                 valid = (
@@ -349,8 +556,61 @@ class Cohort:
         return [(int(c), float(s), int(n)) for c, s, n in zip(correct.tolist(), loss.tolist(), counts.tolist())]
 
 
+def train_together(
+    runs: list[tuple[Cohort, list[Any]]], lead: Optional[Cohort] = None
+) -> Iterator[tuple[int, int, tuple[State, State, Any]]]:
+    """The training tasks of one or more runs as one cohort: (run index, cid, (reply, new state, after-local
+    evaluation or None)), each run's in client order. Clients whose plans have the same form, of runs with the same
+    signature (the same method, settings and model; seeds may differ), train in one stacked computation; `lead` (else
+    the first run's cohort) holds the buffers and the step runner. A client whose method writes its update as code
+    only trains on its own."""
+    lead = lead or runs[0][0]
+    signatures = {index: cohort.signature() for index, (cohort, _) in enumerate(runs)}
+    results: dict[int, dict[int, tuple[State, State, Any]]] = defaultdict(dict)
+    groups: dict[Any, list[tuple[int, Slot]]] = defaultdict(list)
+    for index, (cohort, tasks) in enumerate(runs):
+        method = cohort.method
+        for task in sorted(tasks, key=lambda t: t.cid):
+            client = task.client() if callable(task.client) else task.client
+            data = cohort.fed.client(task.cid)
+            method.forget_draws()  # a new local update: the draws before it were another update's
+            plan = method.local_plan(task.payload, client, data, task.round)
+            if plan is None:  # a reading the method writes as code only (FedAFK's APFL mu step): one at a time
+                reply, state = method.local_update(task.payload, client, data, task.round)
+                results[index][task.cid] = (reply, state, cohort.after_local(task, reply, state, data))
+                cohort.paths["one at a time (update written as code)"] += 1
+                continue
+            key = (signatures[index], tuple(p.shape() for p in plan.phases))
+            groups[key].append((index, Slot(cohort, task, client, data, plan)))
+    for members in groups.values():  # clients whose plans differ only in their tensors train together
+        members.sort(key=lambda m: (-m[1].data.num_train, m[0], m[1].task.cid))  # the active ones: a prefix
+        size = lead.cohort_size or len(members)
+        for start in range(0, len(members), size):
+            chunk = members[start : start + size]
+            trained = lead.run_plans([slot for _, slot in chunk])
+            for (index, slot), weights in zip(chunk, trained):
+                reply, state = slot.method.plan_result(weights, slot.plan, slot.data, slot.task.round)
+                results[index][slot.task.cid] = (reply, state, slot.run.after_local(slot.task, reply, state, slot.data))
+                slot.run.paths["cohort"] += 1
+    for index in range(len(runs)):
+        for cid in sorted(results[index]):
+            yield index, cid, results[index][cid]
+
+
 def cohort_settings(run: Any, device: torch.device) -> bool:
     """Whether a run trains in cohorts: run.cohort "on", or "auto" on a GPU with the simulation in one process."""
     if run.cohort == "auto":
         return device.type == "cuda" and run.backend == "local" and not run.gpus_per_worker
     return run.cohort == "on"
+
+
+def step_mode(run: Any, device: torch.device) -> str:
+    """How the cohort runs its steps (run.cohort_step): "auto" captures them as CUDA graphs on a GPU."""
+    if run.cohort_step == "auto":
+        return "cuda-graph" if device.type == "cuda" else "eager"
+    if run.cohort_step == "cuda-graph" and device.type != "cuda":
+        raise ConfigError(
+            f"run.cohort_step = 'cuda-graph' needs a CUDA device, and run.device is {run.device!r}; "
+            "use 'auto' (graphs on a GPU, eager elsewhere) or 'eager'"
+        )
+    return run.cohort_step

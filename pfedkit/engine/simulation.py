@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -14,7 +15,7 @@ from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
-from pfedkit.engine.cohort import Cohort, cohort_settings
+from pfedkit.engine.cohort import Cohort, cohort_settings, step_mode
 from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix, nonfinite_keys
 from pfedkit.engine.evaluation import (
     evaluated_clients,
@@ -34,6 +35,7 @@ from pfedkit.engine.store import (
     save_checkpoint,
     verify_data,
 )
+from pfedkit.engine.together import Member
 from pfedkit.engine.workers import Executor, Task, driver_device, make_executor
 from pfedkit.errors import PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json, remove_stale_temporaries
@@ -307,6 +309,8 @@ class RoundLoop:
         try:
             return self._run()
         finally:
+            if getattr(self, "together", None) is not None:
+                self.together.leave()
             self.lock.release()
 
     def _run(self) -> dict[str, Any]:
@@ -437,6 +441,7 @@ class Simulation(RoundLoop):
         fed: Optional[FederatedDataset] = None,
         observers: Sequence[RoundObserver] = (),
         force: bool = False,
+        together: Optional[Member] = None,
     ):
         self.device = driver_device(config.run)
         super().__init__(config, out, resume=resume, progress=progress, observers=observers, force=force)
@@ -454,10 +459,17 @@ class Simulation(RoundLoop):
             )
             self.executor: Optional[Executor] = None
             self.cohort = (
-                Cohort(self.method, self.fed, self.config.run.cohort_size)
+                Cohort(self.method, self.fed, self.config.run.cohort_size, step_mode(self.config.run, self.device))
                 if cohort_settings(self.config.run, self.device)
                 else None
             )
+            # with other runs of its group as one cohort (engine/together.py), when it trains in a cohort at all
+            self.together = together if self.cohort is not None and self.cohort.trains() else None
+            if self.together is not None:
+                self.together.join(self.cohort)
+            elif together is not None:
+                together.leave()
+            self.paths: Counter = Counter()  # clients trained one at a time on the executor, by reason
             with self.device_scope():
                 self.start(resume)
         except BaseException:
@@ -552,10 +564,13 @@ class Simulation(RoundLoop):
         replies = self.round_replies(round, tasks)
         new_states, nonfinite, after = {}, {}, {}
         # a fold takes replies in client order: sent in that order, they arrive nearly so and few wait
-        if self.cohort is not None and self.cohort.trains():
+        if self.together is not None:  # with the other runs of its group, as one cohort
+            results = self.together.train(self.cohort, tasks)
+        elif self.cohort is not None and self.cohort.trains():
             results = self.cohort.train(tasks)  # in client order
         else:
             results = self.executor.run(tasks, in_order=replies.fold is not None)
+            self.paths[self.one_at_a_time_reason()] += len(tasks)
         logged: list[State] = []  # the numbers of the trained clients' new states that the method logs
         for cid, (reply, client, measured) in results:
             replies.add(cid, reply)
@@ -576,10 +591,28 @@ class Simulation(RoundLoop):
     def trained_client_summary(self) -> dict[str, Any]:
         return summarize_clients(self.method, self.round_states)
 
+    def one_at_a_time_reason(self) -> str:
+        """Why this run's clients train one at a time (for summary.json and the run log)."""
+        if self.cohort is None:
+            return "one at a time (run.cohort off, or auto off a GPU)"
+        if not self.method.batched()[0]:
+            return "one at a time (the method states no local_plan)"
+        return "one at a time (the model has dropout)"
+
+    def training_paths(self) -> dict[str, Any]:
+        """How the clients of this run trained: by path, and the cohort's step mode and what it ran."""
+        record: dict[str, Any] = {"paths": dict(self.paths)}
+        if self.cohort is not None:
+            cohort = self.cohort.record()
+            record["paths"].update(cohort.pop("paths"))
+            if record["paths"].get("cohort"):
+                record.update(cohort)
+        return record
+
     def summary_extra(self) -> dict[str, Any]:
         """Which copy of the data the run read, where a data set has several, and the checksum of what it loaded."""
         origin = {"data_origin": self.fed.origin, "data_file_sha256": self.fed.origin_sha256} if self.fed.origin else {}
-        return {**origin, "data_checksum": self.config.data.checksum}
+        return {**origin, "data_checksum": self.config.data.checksum, "training": self.training_paths()}
 
 
 def simulate(
@@ -591,7 +624,12 @@ def simulate(
     fed: Optional[FederatedDataset] = None,
     observers: Sequence[RoundObserver] = (),
     force: bool = False,
+    together: Optional[Member] = None,
 ) -> dict[str, Any]:
     """One run to its end (from its checkpoint with `resume`); its summary. `pfedkit.experiments.run_experiment` adds
-    the run's plot. Each observer is called with every round's metrics row once it is written (tracking, pruning)."""
-    return Simulation(config, out, resume=resume, progress=progress, fed=fed, observers=observers, force=force).run()
+    the run's plot. Each observer is called with every round's metrics row once it is written (tracking, pruning).
+    `together`: its place in a group of runs that train as one cohort (engine/together.py)."""
+    sim = Simulation(
+        config, out, resume=resume, progress=progress, fed=fed, observers=observers, force=force, together=together
+    )
+    return sim.run()

@@ -12,16 +12,18 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from pfedkit.config import Config, merge
 from pfedkit.data.federated import build_federated
+from pfedkit.engine.cohort import cohort_settings
 from pfedkit.engine.divergence import DIVERGED, Diverged
 from pfedkit.engine.store import CHECKPOINT
+from pfedkit.engine.workers import driver_device
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.runs import run_experiment
 from pfedkit.io import read_json
-from pfedkit.registry import build_config, continues, read_saved_config, run_differences
+from pfedkit.registry import build_config, continues, method_class, read_saved_config, run_differences
 
 
 def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
@@ -97,9 +99,10 @@ def run_configs(
 ) -> dict[Path, dict[str, Any]]:
     """The one place runs are carried out, for `compare` and `reproduce`: each folder's (already validated) config run
     in order, a finished run's summary reused and an unfinished one resumed (with `resume`), a diverged one reported
-    as {"diverged": ...} and not run again; consecutive runs on the same data share it."""
+    as {"diverged": ...} and not run again; consecutive runs on the same data share it. Runs that differ only in seed
+    and take the cohort path train as one cohort (`run.together`), each still a run of its own."""
     summaries: dict[Path, dict[str, Any]] = {}
-    fed, fed_key = None, None
+    todo: dict[Path, Config] = {}
     for run_dir, cfg in runs.items():
         if resume and (run_dir / "summary.json").exists():
             summaries[run_dir] = read_json(run_dir / "summary.json", "summary")
@@ -111,16 +114,79 @@ def run_configs(
                 "(delete the folder to run it again)"
             )
             continue
-        if data_identity(cfg) != fed_key:
-            fed, fed_key = build_federated(cfg), data_identity(cfg)
         if resume and not (run_dir / CHECKPOINT).exists() and (run_dir / "metrics.csv").exists():
             log(f"{run_dir} was cut off before its first checkpoint; running it again from round 0")
             (run_dir / CONTINUED).unlink(missing_ok=True)  # without the checkpoint it no longer carries anything on
+        todo[run_dir] = cfg
+    fed, fed_key = None, None
+    for batch in together_batches(todo):
+        if len(batch) > 1:
+            log(f"training {len(batch)} runs as one cohort: {', '.join(str(d) for d in batch)}")
+            summaries.update(run_group(batch, resume=resume, progress=progress, log=log))
+            continue
+        [(run_dir, cfg)] = batch.items()
+        if data_identity(cfg) != fed_key:
+            fed, fed_key = build_federated(cfg), data_identity(cfg)
         try:  # resuming a folder without a checkpoint starts it afresh (its config was checked to be this one)
             summaries[run_dir] = run_experiment(cfg, run_dir, resume=resume, progress=progress, fed=fed)
         except Diverged as err:  # one cell's divergence is its result; the other cells still run
             log(f"{run_dir}: {err}")
             summaries[run_dir] = {"diverged": err.record()}
+    return {run_dir: summaries[run_dir] for run_dir in runs}
+
+
+def together_key(config: Config) -> Optional[str]:
+    """Runs with the same key train as one cohort: the same config but the seed (and repeat), on the cohort path;
+    None for a run that trains alone."""
+    if config.run.together == "off" or not cohort_settings(config.run, driver_device(config.run)):
+        return None
+    if not method_class(config.method.name, config.method.module).batched()[0]:  # trains one client at a time
+        return None
+    raw = config.to_dict()
+    for key in ("seed", "repeat", "log_to"):
+        raw["run"].pop(key, None)
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+def together_batches(runs: dict[Path, Config]) -> list[dict[Path, Config]]:
+    """The runs in order, those with one together_key gathered where the first of them stands."""
+    batches: list[dict[Path, Config]] = []
+    by_key: dict[str, dict[Path, Config]] = {}
+    for run_dir, cfg in runs.items():
+        key = together_key(cfg)
+        if key is not None and key in by_key:
+            by_key[key][run_dir] = cfg
+            continue
+        batch = {run_dir: cfg}
+        batches.append(batch)
+        if key is not None:
+            by_key[key] = batch
+    return batches
+
+
+def run_group(
+    runs: dict[Path, Config], *, resume: bool, progress: bool, log: Callable[[str], None]
+) -> dict[Path, dict[str, Any]]:
+    """Runs differing only in seed as one cohort (engine/together.py); a diverged one is its result, as alone."""
+    from pfedkit.engine.together import run_together
+
+    feds = {run_dir: build_federated(cfg) for run_dir, cfg in runs.items()}  # each seed partitions its own
+
+    def start(run_dir: Path, cfg: Config, member: Any) -> dict[str, Any]:
+        return run_experiment(cfg, run_dir, resume=resume, progress=progress, fed=feds[run_dir], together=member)
+
+    summaries: dict[Path, dict[str, Any]] = {}
+    failure: Optional[BaseException] = None
+    for run_dir, outcome in run_together(runs, start).items():
+        if isinstance(outcome, Diverged):
+            log(f"{run_dir}: {outcome}")
+            summaries[run_dir] = {"diverged": outcome.record()}
+        elif isinstance(outcome, BaseException):
+            failure = failure or outcome
+        else:
+            summaries[run_dir] = outcome
+    if failure is not None:
+        raise failure
     return summaries
 
 

@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence
 from pfedkit.config import Config
 from pfedkit.data.federated import FederatedDataset
 from pfedkit.engine.simulation import RoundObserver, simulate
+from pfedkit.engine.together import Member
 from pfedkit.io import read_csv
 from pfedkit.reports.plots import point_curves, save_curves
 from pfedkit.tracking import Trackers
@@ -22,15 +23,23 @@ def run_experiment(
     fed: Optional[FederatedDataset] = None,
     observers: Sequence[RoundObserver] = (),
     force: bool = False,
+    together: Optional[Member] = None,
 ) -> dict[str, Any]:
     """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary. `observers` see
     every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too. `force`: write into
-    an --out that holds files pfedkit did not write."""
+    an --out that holds files pfedkit did not write. `together`: its place in a group of runs trained as one cohort."""
     trackers = Trackers(config, Path(out))
     summary, curves = None, None
     try:
         summary = simulate(
-            config, out, resume=resume, progress=progress, fed=fed, observers=[trackers, *observers], force=force
+            config,
+            out,
+            resume=resume,
+            progress=progress,
+            fed=fed,
+            observers=[trackers, *observers],
+            force=force,
+            together=together,
         )
         curves = draw_run_curves(Path(out), config)
     finally:
