@@ -3,17 +3,20 @@ pfedkit's cohort path (run.cohort: the round's clients trained as one batched co
 settings, one process after another on the same GPU.
 
 Settings (PFLlib's protocol: merged splits, 75/25 per client, evaluation at the round start; batch 10, lr 0.005,
-1 local epoch, plain SGD, every client every round):
-  cifar10-20     CIFAR-10 (the copy under --data-root), all data, 20 clients, Dir(0.1), FedAvgCNN:
-                 FedAvg, FedPer, FedRep, Ditto, FedAFK, PGFedSplit, FedPAC (PFLlib has FedAvg, FedPer, FedRep,
-                 Ditto, FedPAC)
+1 local epoch, plain SGD, every client every round), in the order they run (the budget cuts the end first):
+  cifar10-20     CIFAR-10 (the copy under --data-root), all data, 20 clients, Dir(0.1), FedAvgCNN: FedAvg on the
+                 cohort path (steps captured as CUDA graphs), the same with eager steps, one client at a time, PFLlib,
+                 and 4 worker processes sharing the GPU
   cifar10-100    the same with 100 clients, FedAvg
-  cifar100-r18   20% of CIFAR-100, 20 clients, Dir(0.1), ResNet-18 with the CIFAR stem, FedAvg (pfedkit only:
-                 PFLlib's ResNet-18 has the ImageNet stem)
+  3 seeds        cifar10-20 FedAvg, seeds 0-2 trained as one cohort (run.together), against one seed's cohort
+  cifar10-r18    20% of CIFAR-10, 20 clients, Dir(0.1), ResNet-18 with the CIFAR stem (BatchNorm), FedAvg (pfedkit
+                 only: PFLlib's ResNet-18 has the ImageNet stem)
+  methods        cifar10-20: FedPer, FedRep, Ditto, FedAFK, PGFedSplit, FedPAC, cohort vs one client at a time (and
+                 PFLlib where it has the method)
 Columns: training and evaluation seconds per round (medians over the timed rounds, the first round left out as
-warm-up where there are more), accuracy after the same number of rounds, and (FedAvg) training samples per second
-as a share of the same model's one-big-batch training throughput on that GPU (the ceiling). A torch.profiler table
-of one cohort round of FedAvg (cifar10-20) says where the rest of the time goes.
+warm-up: baselines run 2 rounds, one timed), accuracy after the row's rounds, and (FedAvg) training samples per
+second as a share of the same model's one-big-batch training throughput on that GPU (the ceiling). A torch.profiler
+table of one cohort round of FedAvg (cifar10-20) says where the rest of the time goes.
 
 PFLlib runs from a checkout (its system/ folder is enough) at --pfllib; this script writes the same partition into
 its dataset folder in its format (one .npz per client and split) and parses the per-round times it prints.
@@ -29,6 +32,7 @@ Writes table.md, results.json, profile.txt and logs/ under --out.
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import importlib.util
 import json
@@ -92,8 +96,9 @@ class Setting:
 SETTINGS = {
     "cifar10-20": Setting("cifar10-20", "cifar10", 20, "fedavgcnn"),
     "cifar10-100": Setting("cifar10-100", "cifar10", 100, "fedavgcnn"),
-    "cifar100-r18": Setting(
-        "cifar100-r18", "cifar100", 20, "resnet18", fraction=0.2, model_options={"stem": "cifar"}, pfllib_model=None
+    # CIFAR-10, not CIFAR-100: the CIFAR-100 copy (161 MB) cannot travel to a lent GPU machine
+    "cifar10-r18": Setting(
+        "cifar10-r18", "cifar10", 20, "resnet18", fraction=0.2, model_options={"stem": "cifar"}, pfllib_model=None
     ),
 }
 # method -> (PFLlib's -algo and its extra flags set to pfedkit's defaults, or None; pfedkit's hyper-parameters)
@@ -106,15 +111,21 @@ METHODS = {
     "pgfedsplit": (None, {}),
     "fedpac": (("FedPAC", []), {}),
 }
-# (setting, method, rounds), most important first: what the budget cuts is the end of this list
-PLAN = (
-    [("cifar10-20", "fedavg", 5)]
-    + [("cifar10-20", m, 2) for m in METHODS if m != "fedavg"]
-    + [("cifar10-100", "fedavg", 2), ("cifar100-r18", "fedavg", 2)]
-)
-PATHS = ("cohort", "per-client", "pfllib", "4-processes")
-# "4-processes": one client at a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the
-# older way to fill a GPU; timed for FedAvg on cifar10-20 only, against the cohort path in the same run
+# (setting, method, rounds of the cohort row, paths), most important first: what the budget cuts is the end of this
+# list. Baselines (per-client, PFLlib) time one round after a warm-up round (2 rounds), except FedAvg's per-client row
+# on cifar10-20, which runs the cohort's 5 rounds so that their accuracies compare.
+PLAN = [
+    ("cifar10-20", "fedavg", 5, ("cohort", "cohort-eager", "per-client", "pfllib", "4-processes")),
+    ("cifar10-100", "fedavg", 2, ("cohort", "per-client", "pfllib")),
+    ("cifar10-20", "fedavg", 2, ("3-seeds-together", "cohort")),
+    ("cifar10-r18", "fedavg", 2, ("cohort", "per-client")),
+    *[("cifar10-20", m, 2, ("cohort", "per-client", "pfllib")) for m in METHODS if m != "fedavg"],
+]
+PATHS = ("cohort", "cohort-eager", "3-seeds-together", "per-client", "pfllib", "4-processes")
+# cohort: the round's clients as one computation, steps captured as CUDA graphs (run.cohort_step auto);
+# cohort-eager: the same with eager steps (what capture saves); 3-seeds-together: seeds 0, 1, 2 as one cohort
+# (run.together), seconds per round of the three together, against one seed's cohort row; 4-processes: one client at
+# a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the older way to fill a GPU
 
 
 class OutOfBudget(Exception):
@@ -154,7 +165,38 @@ def pfedkit_run(
             sim.run()
         except OutOfBudget as err:
             return {"cut": str(err), **timings(sim.rows, rounds)}
-    return {**timings(sim.rows, rounds), "batched": trains_in_cohort}
+    steps = sim.training_paths()
+    note = f"steps: {steps['step_mode']}" if "step_mode" in steps else ""
+    if steps.get("capture_failed"):
+        note += f" (capture failed: {steps['capture_failed'][:80]})"
+    return {**timings(sim.rows, rounds), "batched": trains_in_cohort, "note": note}
+
+
+def pfedkit_together(
+    setting: Setting, args: argparse.Namespace, method: str, rounds: int, clock: Clock, seeds=(0, 1, 2)
+) -> dict[str, Any]:
+    """Seeds trained as one cohort (run.together): seconds per round of the group (the slowest run's, as all wait for
+    the shared computation), the accuracies of the seeds."""
+    from pfedkit.experiments.pipeline import run_configs
+
+    params = METHODS[method][1]
+    with tempfile.TemporaryDirectory() as out:
+        runs = {}
+        for seed in seeds:
+            cfg = setting.config(args.data_root, method, rounds, args.device, "on", params)
+            runs[Path(out) / f"seed{seed}"] = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": seed})})
+        if clock.left < 30:
+            return {"cut": "budget spent"}
+        run_configs(runs, resume=False, progress=False, log=lambda line: None)
+        per_run = [list(csv.DictReader(open(d / "metrics.csv"))) for d in runs]
+    trained = [max(float(rows[r]["train_s"]) for rows in per_run) for r in range(rounds)]
+    accs = [float(rows[rounds]["acc"]) for rows in per_run]
+    return {
+        "train_s": steady(trained),
+        "acc": statistics.mean(accs),
+        "rounds_done": rounds,
+        "note": f"{len(seeds)} runs",
+    }
 
 
 def timings(rows: list[dict], rounds: int) -> dict[str, Any]:
@@ -326,6 +368,86 @@ def profile_cohort_round(setting: Setting, fed: FederatedDataset, args: argparse
     return summary
 
 
+# ---- the forms of a cohort step's convolutions ----
+def conv_forms(device: torch.device, path: Path, clients: int = 20, batch: int = 10, steps: int = 30) -> str:
+    """Milliseconds per forward+backward of FedAvgCNN over `clients` stacked clients' batches of `batch` CIFAR images,
+    in the forms a cohort step could take: vmap (each convolution a grouped one) as it is, with cudnn.benchmark, with
+    TF32 matmuls, with channels-last inputs, and the convolutions written as unfold + batched matmul."""
+    from torch.func import functional_call, grad, vmap
+
+    from pfedkit.models.cnn import fedavgcnn
+
+    torch.manual_seed(0)
+    model = fedavgcnn((3, 32, 32), 10).to(device)
+    weights = {k: torch.stack([v.detach()] * clients) for k, v in model.state_dict().items()}
+    x = torch.randn(clients, batch, 3, 32, 32, device=device)
+    y = torch.randint(0, 10, (clients, batch), device=device)
+
+    def loss(w, xb, yb):
+        return F.cross_entropy(functional_call(model, w, (xb,)), yb)
+
+    per_client_grads = vmap(grad(loss))
+
+    def conv_bmm(xs, weight, bias):  # xs [K, B, C, H, W], weight [K, O, C, k, k]
+        k, (n_out, c) = weight.shape[-1], weight.shape[1:3]
+        cols = F.unfold(xs.flatten(0, 1), k)  # [K*B, C*k*k, L]
+        side = xs.shape[-1] - k + 1
+        cols = cols.view(clients, batch, c * k * k, -1).transpose(1, 2).reshape(clients, c * k * k, -1)
+        out = torch.bmm(weight.reshape(clients, n_out, -1), cols).view(clients, n_out, batch, -1).transpose(1, 2)
+        return (out + bias[:, None, :, None]).reshape(clients, batch, n_out, side, side)
+
+    def bmm_loss(w, xs, ys):
+        h = F.relu(conv_bmm(xs, w["body.conv1.weight"], w["body.conv1.bias"]))
+        h = F.max_pool2d(h.flatten(0, 1), 2).view(clients, batch, *h.shape[2:3], 14, 14)
+        h = F.relu(conv_bmm(h, w["body.conv2.weight"], w["body.conv2.bias"]))
+        h = F.max_pool2d(h.flatten(0, 1), 2).view(clients, batch, -1)
+        h = F.relu(torch.baddbmm(w["body.fc1.bias"][:, None], h, w["body.fc1.weight"].transpose(1, 2)))
+        logits = torch.baddbmm(w["head.bias"][:, None], h, w["head.weight"].transpose(1, 2))
+        return F.cross_entropy(logits.flatten(0, 1), ys.flatten(), reduction="sum") / batch
+
+    def bmm_grads(w, xs, ys):
+        leaves = {k: v.detach().requires_grad_(True) for k, v in w.items()}
+        return torch.autograd.grad(bmm_loss(leaves, xs, ys), list(leaves.values()))
+
+    def timed(fn, *inputs) -> float:
+        for _ in range(3):
+            fn(*inputs)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn(*inputs)
+        sync(device)
+        return (time.perf_counter() - start) / steps * 1e3
+
+    reference = per_client_grads(weights, x, y)
+    mismatch = max(
+        (a - reference[k]).abs().max().item() / (reference[k].abs().max().item() + 1e-12)
+        for k, a in zip(weights, bmm_grads(weights, x, y))
+    )
+    rows = []
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        rows.append(("vmap, grouped convolutions (as the cohort runs)", timed(per_client_grads, weights, x, y)))
+        torch.backends.cudnn.benchmark = True
+        rows.append(("+ cudnn.benchmark", timed(per_client_grads, weights, x, y)))
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        rows.append(("+ TF32 matmuls and convolutions", timed(per_client_grads, weights, x, y)))
+        channels_last = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).view_as(x)
+        rows.append(("+ channels-last inputs", timed(per_client_grads, weights, channels_last, y)))
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        rows.append(("unfold + batched matmul convolutions", timed(bmm_grads, weights, x, y)))
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    text = "\n".join(
+        [f"FedAvgCNN, {clients} clients x batch {batch}, forward + backward, ms per step ({device}):", ""]
+        + [f"- {name}: {ms:.3f}" for name, ms in rows]
+        + ["", f"the unfold + batched matmul gradients against vmap's: largest relative difference {mismatch:.1e}"]
+    )
+    path.write_text(text + "\n")
+    return text
+
+
 # ---- the table ----
 def fmt(value: Optional[float], digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
@@ -343,11 +465,13 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
     for r in results:
         key = (r["setting"], r["method"])
         base = {p: by_key.get(key + (p,), {}).get("train_s") for p in PATHS}
+        base["cohort"] = base["cohort"] if r["path"] == "3-seeds-together" else None
         speed = r.get("train_s")
         throughput = r.get("samples") / speed if speed and r.get("samples") and r["method"] == "fedavg" else None
         share = throughput / ceilings[r["setting"]] if throughput and r["setting"] in ceilings else None
         compared = {
             "cohort": ("pfllib", "per-client"),
+            "cohort-eager": ("pfllib", "per-client"),
             "per-client": ("pfllib",),
             "4-processes": ("pfllib", "per-client"),
         }.get(r["path"], ())
@@ -355,6 +479,8 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
             fmt(base[p] / speed, 1) + "x" if speed and base[p] and p in compared else "-"
             for p in ("pfllib", "per-client")
         ]
+        if r["path"] == "3-seeds-together" and speed and base["cohort"]:
+            vs[1] = f"{speed / base['cohort']:.2f}x one seed's time"
         note = r.get("cut", "") or r.get("note", "")
         lines.append(
             f"| {r['setting']} | {r['method']} | {r['path']} | {r.get('rounds', '-')} | {fmt(speed, 3)} | "
@@ -395,7 +521,7 @@ def main() -> None:
     if args.check:  # a sliver of the data, few clients, 2 rounds
         for s in SETTINGS.values():
             s.fraction, s.clients = 0.02, min(s.clients, 5)
-        plan = [(s, m, 2) for s, m, _ in PLAN]
+        plan = [(s, m, 2, paths) for s, m, _, paths in PLAN]
     if args.only:
         keep = set(args.only.split(","))
         plan = [p for p in plan if p[0] in keep or p[1] in keep]
@@ -419,12 +545,12 @@ def main() -> None:
     ceilings: dict[str, float] = {}
     feds: dict[str, FederatedDataset] = {}
     profile = "not run"
-    for setting_name, method, rounds in plan:
+    for setting_name, method, cohort_rounds, paths in plan:
         setting = SETTINGS[setting_name]
         if setting_name not in feds:
             try:
                 feds[setting_name] = build_federated(setting.config(args.data_root, "fedavg", 1, "cpu", "off"))
-            except Exception as err:  # e.g. CIFAR-100 not under --data-root
+            except Exception as err:  # e.g. the data set not under --data-root
                 results.append({"setting": setting_name, "method": method, "path": "-", "note": f"no data: {err}"})
                 continue
             fed = feds[setting_name]
@@ -433,16 +559,21 @@ def main() -> None:
             continue
         fed = feds[setting_name]
         samples = int(fed.train_sizes().sum())
-        for path in PATHS:
+        for path in paths:
+            rounds = cohort_rounds if path in ("cohort", "cohort-eager", "3-seeds-together") else 2
+            if (setting_name, method, path) == ("cifar10-20", "fedavg", "per-client") and cohort_rounds == 5:
+                rounds = 5  # the accuracy after 5 rounds, beside the cohort's
             row = {"setting": setting_name, "method": method, "path": path, "rounds": rounds, "samples": samples}
             if clock.left < 5:
                 results.append({**row, "note": "cut: budget spent"})
                 continue
             if path == "4-processes":
-                if (setting_name, method) != ("cifar10-20", "fedavg") or device.type != "cuda":
+                if device.type != "cuda":
                     continue
                 row.update(pfedkit_run(setting, fed, args, method, rounds, "off", clock, gpus_per_worker=0.25))
                 row.pop("batched", None)
+            elif path == "3-seeds-together":
+                row.update(pfedkit_together(setting, args, method, rounds, clock))
             elif path == "pfllib":
                 if METHODS[method][0] is None or setting.pfllib_model is None or not has_pfllib:
                     continue
@@ -460,14 +591,17 @@ def main() -> None:
                     )
                 )
             else:
-                row.update(pfedkit_run(setting, fed, args, method, rounds, "on" if path == "cohort" else "off", clock))
-                if not row.pop("batched", True) and path == "cohort":
+                cohort = "off" if path == "per-client" else "on"
+                steps = {"cohort_step": "eager"} if path == "cohort-eager" else {}
+                row.update(pfedkit_run(setting, fed, args, method, rounds, cohort, clock, **steps))
+                if not row.pop("batched", True) and path != "per-client":
                     row["note"] = "not batched: one client at a time (the per-client path)"
             results.append(row)
             print(json.dumps(row), flush=True)
             write_table(results, ceilings, header, out, profile)
-        if setting_name == "cifar10-20" and method == "fedavg" and clock.left > 30:
-            profile = profile_cohort_round(setting, fed, args, out / "profile.txt")
+        if (setting_name, method) == ("cifar10-20", "fedavg") and profile == "not run" and clock.left > 30:
+            profile = profile_cohort_round(setting, fed, args, out / "profile.txt")  # after the first, leading rows
+            print(conv_forms(device, out / "conv_forms.txt", steps=3 if args.check else 30), flush=True)
     (out / "results.json").write_text(
         json.dumps(
             {"device": name, "torch": torch.__version__, "check": args.check, "ceilings": ceilings, "rows": results},
