@@ -18,8 +18,9 @@ from tqdm import tqdm
 
 from pfedkit.config import PLACEMENT_KEYS, Config, dump_toml, flat, read_toml
 from pfedkit.engine.divergence import Diverged
-from pfedkit.errors import ConfigError
+from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.experiments import run_experiment
+from pfedkit.experiments.pipeline import run_configs
 from pfedkit.io import atomic_write_csv, atomic_write_text
 from pfedkit.methods.base import search_space
 from pfedkit.registry import build_config, method_class
@@ -268,10 +269,14 @@ class Tuner:
             if label == "defaults" and values == tuned:  # the defaults won: their test runs are the tuned ones
                 result["test"]["defaults"] = result["test"].get("tuned", [])
                 continue
-            for seed in test_seeds:
-                run_dir = self.out / "test" / label / f"seed{seed}"
-                config = with_values(self.config, values, run={"seed": seed})
-                run_experiment(config, run_dir, resume=(run_dir / "config.toml").exists(), progress=self.progress)
+            runs = {
+                self.out / "test" / label / f"seed{seed}": with_values(self.config, values, run={"seed": seed})
+                for seed in test_seeds
+            }  # on the cohort path, the seeds train as one cohort (run.together)
+            summaries = run_configs(runs, resume=True, progress=self.progress)
+            for run_dir in runs:
+                if "diverged" in summaries[run_dir]:  # as a test run alone would: the table has no number for it
+                    raise PfedkitError(f"{run_dir}: {summaries[run_dir]['diverged']['message']}")
                 result["test"].setdefault(label, []).append(mean_of_last(run_dir, self.last_k))
         atomic_write_text(self.out / "tune.md", tune_table(result, self.last_k, self.validation))
         (self.out / "tune.json").write_text(json.dumps(result, indent=2))
