@@ -480,17 +480,26 @@ class Cohort:
         self, phase: Phase | Joint, slots: list[Slot], rows: list[torch.Tensor], augment: bool, drop_single: bool
     ) -> Layout:
         """Each slot's batches from its run's `Method.batches` (the same seeded orders), laid out step by step."""
-        per_client, per_draws = [], []
+        orders, flats, drawn = [], [], []
         for slot, client_rows in zip(slots, rows):
             method, data, round = slot.method, slot.data, slot.task.round
             order = list(method.batches(data, round, phase.purpose, phase.epochs, drop_single))
-            cuts = np.cumsum([len(idx) for idx in order])[:-1]
-            flat = torch.cat(order).to(self.device) if order else torch.zeros(0, dtype=torch.long, device=self.device)
-            per_client.append(np.split(client_rows[flat].cpu().numpy(), cuts) if order else [])  # one read-back
-            if augment:
+            orders.append([len(idx) for idx in order])
+            if order:
+                flats.append(client_rows[torch.cat(order).to(self.device)])
+            if augment and order:
                 gen = torch_generator(method.ctx.seed, round, data.cid, phase.purpose + "/augment")
-                drawn = [crop_flip_draws(len(idx), gen) for idx in order]
-                per_draws.append(np.split(torch.cat(drawn).cpu().numpy(), cuts) if drawn else [])
+                drawn.append(torch.cat([crop_flip_draws(len(idx), gen) for idx in order]).to(self.device))
+        # one read-back for the whole cohort: the host lays the steps out, the device never waits on it again
+        every_row = torch.cat(flats).cpu().numpy() if flats else np.zeros(0, dtype=np.int64)
+        every_draw = torch.cat(drawn).cpu().numpy() if drawn else None
+        per_client, per_draws, at = [], [], 0
+        for lengths in orders:
+            cuts = np.cumsum([at, *lengths])
+            per_client.append([every_row[a:b] for a, b in zip(cuts[:-1], cuts[1:])])
+            if every_draw is not None:
+                per_draws.append([every_draw[a:b] for a, b in zip(cuts[:-1], cuts[1:])])
+            at = int(cuts[-1])
         steps = max((len(b) for b in per_client), default=0)
         groups, chosen, draws, at = [], [], [], 0
         for t in range(steps):
