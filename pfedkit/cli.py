@@ -568,23 +568,31 @@ def tune(
 
 
 @main.command()
-def methods() -> None:
-    """List every method with its hyper-parameters and defaults."""
+@click.option(
+    "--module",
+    "modules",
+    multiple=True,
+    help="also import this method module (a .py file or a module name; repeatable) and list its methods first",
+)
+def methods(modules: tuple[str, ...]) -> None:
+    """List every method with its hyper-parameters and defaults, and the path each trains and evaluates on."""
     from types import SimpleNamespace
 
     from pfedkit.methods import METHODS
     from pfedkit.methods.base import search_space
+    from pfedkit.registry import import_method_module
 
-    for name in sorted(METHODS):
+    built_in = set(METHODS)
+    for module in modules:
+        import_method_module(module)
+    yours = sorted(set(METHODS) - built_in)
+    for name in yours + sorted(built_in):
         cls = METHODS[name]
-        trains, evaluates = cls.batched()
-        path = {
-            (True, True): "batched training and evaluation",
-            (True, False): "batched training",
-            (False, True): "batched evaluation",
-            (False, False): "one client at a time",
-        }[(trains, evaluates)]
-        click.echo(f"{name}: {cls.summary} [GPU cohort path: {path}]")
+        ability = cls.capabilities()
+        origin = f" (from {cls.__module__})" if name in yours else ""
+        click.echo(f"{name}{origin}: {cls.summary}")
+        click.echo(f"    training: {cls.training} -> {ability.training_path()}")
+        click.echo(f"    evaluation: {cls.evaluation} -> {ability.evaluation_path()}")
         from_run = cls.Params.run_defaults(SimpleNamespace(rounds=1, join_ratio=1.0))  # keys filled in from the run
         space = search_space(cls.Params)
         for field, info in cls.Params.model_fields.items():

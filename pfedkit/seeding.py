@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import zlib
 from contextlib import contextmanager
 from typing import Iterator
@@ -20,11 +21,16 @@ def torch_generator(seed: int, round: int, cid: int, purpose: str) -> torch.Gene
     return torch.Generator(device=torch.get_default_device()).manual_seed(derive_seed(seed, round, cid, purpose))
 
 
+# torch's global generator is one per process: runs trained together, each in a thread (engine/together.py), take
+# their seeded blocks one at a time, or one run's draws would come from another's seed
+_GLOBAL_GENERATOR = threading.RLock()
+
+
 @contextmanager
 def seeded_torch(seed: int, round: int, cid: int, purpose: str) -> Iterator[None]:
     """torch's global CPU generator seeded from (seed, round, client, purpose) inside the block, restored after: for
-    draws that cannot take a generator (a model's initialisation, dropout)."""
-    with torch.random.fork_rng(devices=[]):
+    draws that cannot take a generator (a model's initialisation, dropout). One thread at a time."""
+    with _GLOBAL_GENERATOR, torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, round, cid, purpose))
         yield
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pfedkit.engine import local_update
 from pfedkit.seeding import torch_generator
 from tests.conftest import make, tiny_data
 
@@ -27,7 +28,7 @@ def test_two_local_steps_equal_the_hand_computation():
     server = method.init_server()
     gen = torch.Generator().manual_seed(5)
     client = {**{k: server[k] + 0.3 * torch.randn(server[k].shape, generator=gen) for k in KEYS}, "alpha": 0.5}
-    reply, new = method.local_update(server, client, data, 0)
+    reply, new = local_update(method, server, client, data, 0)
 
     w, v, alpha = [server[k] for k in KEYS], [client[k] for k in KEYS], 0.5
     order = torch.randperm(8, generator=torch_generator(2, 0, 0, "train"))
@@ -52,10 +53,10 @@ def test_two_local_steps_equal_the_hand_computation():
 def test_fixed_alpha_stays_and_alpha_stays_in_unit_interval():
     data = tiny_data(n=8)
     fixed = make("apfl", params={"adaptive_alpha": False, "alpha_init": 0.25}, batch_size=2)
-    _, state = fixed.local_update(fixed.init_server(), fixed.init_client(0, data), data, 0)
+    _, state = local_update(fixed, fixed.init_server(), fixed.init_client(0, data), data, 0)
     assert state["alpha"] == 0.25
     wild = make("apfl", batch_size=2, lr=1e4)
     state = wild.init_client(0, data)
     for round in range(3):
-        _, state = wild.local_update(wild.init_server(), state, data, round)
+        _, state = local_update(wild, wild.init_server(), state, data, round)
         assert 0.0 <= state["alpha"] <= 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pfedkit.engine import local_update
 from pfedkit.methods.fedrod import TwoHeads
 from tests.conftest import make, tiny_data
 
@@ -30,7 +31,7 @@ def test_ditto_personal_step_is_proximal_to_the_received_global_model_and_the_gl
     data, server = tiny_data(n=8), method.init_server()
     g = torch.Generator().manual_seed(3)
     personal = {k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in server.items()}
-    reply, after = method.local_update(server, personal, data, round=0)
+    reply, after = local_update(method, server, personal, data, round=0)
     v = leaf(personal)
     prox = sum((v[k] - server[k]).pow(2).sum() for k in v)
     expected_personal = sgd(v, F.cross_entropy(forward(v, data.train_x)[1], data.train_y) + 0.4 * prox)
@@ -48,7 +49,7 @@ def test_fedrod_generic_head_sees_the_balanced_softmax_and_the_personal_head_det
     data, server = tiny_data(n=8), method.init_server()
     data.train_y[:2] = 1 - data.train_y[:2]  # make both classes present in unequal numbers
     client = method.init_client(0, data)
-    reply, after = method.local_update(server, client, data, round=0)
+    reply, after = local_update(method, server, client, data, round=0)
     counts = torch.bincount(data.train_y, minlength=2).float()
     assert counts[0] != counts[1]
     w = leaf(server)
@@ -77,9 +78,9 @@ def test_fedrod_generic_head_sees_the_balanced_softmax_and_the_personal_head_det
 def test_fedprox_ft_trains_as_fedprox_and_fine_tunes_for_evaluation():
     method, prox, avg = make("fedprox-ft", params={"mu": 1.0}), make("fedprox", params={"mu": 1.0}), make("fedavg")
     data, server = tiny_data(), method.init_server()
-    reply, _ = method.local_update(server, {}, data, 0)
-    assert torch.equal(reply["head.weight"], prox.local_update(server, {}, data, 0)[0]["head.weight"])
-    assert not torch.allclose(reply["head.weight"], avg.local_update(server, {}, data, 0)[0]["head.weight"])
+    reply, _ = local_update(method, server, {}, data, 0)
+    assert torch.equal(reply["head.weight"], local_update(prox, server, {}, data, 0)[0]["head.weight"])
+    assert not torch.allclose(reply["head.weight"], local_update(avg, server, {}, data, 0)[0]["head.weight"])
     tuned = method.personalized_model({}, server, data, 0)
     assert any(not torch.equal(tuned.state_dict()[k], server[k]) for k in server)
 
@@ -117,12 +118,12 @@ def test_fedala_weights_stay_with_their_client_and_never_travel():
     }
     replies, after = {}, {}
     for cid in (0, 1):
-        replies[cid], after[cid] = method.local_update(server, clients[cid], tiny_data(cid), round=1)
+        replies[cid], after[cid] = local_update(method, server, clients[cid], tiny_data(cid), round=1)
         assert not any(k.startswith("ala_weight") for k in replies[cid])
         assert after[cid]["first_phase"] == 0  # the first phase ran, to its stop rule or cap, and is over
     assert not torch.equal(after[0]["ala_weight.head.weight"], after[1]["ala_weight.head.weight"])
-    again, _ = method.local_update(
-        server, clients[0], tiny_data(0), round=1
+    again, _ = local_update(
+        method, server, clients[0], tiny_data(0), round=1
     )  # client 1's update left client 0 as it was
     assert torch.equal(again["head.weight"], replies[0]["head.weight"])
 
@@ -132,7 +133,7 @@ def test_pfedme_inner_problem_local_step_and_server_mixing_by_hand():
         "pfedme", params={"reg": 2.0, "inner_steps": 2, "personal_lr": 0.05, "beta": 0.5}, batch_size=8, lr=LR
     )
     data, server = tiny_data(n=8), method.init_server()
-    reply, personal = method.local_update(server, method.init_client(0, data), data, round=0)
+    reply, personal = local_update(method, server, method.init_client(0, data), data, round=0)
     theta = {k: v.clone() for k, v in server.items()}
     for _ in range(2):  # K inner steps on CE + lambda/2 ||theta - w||^2 from theta = w
         t = leaf(theta)
@@ -178,7 +179,7 @@ def test_per_fedavg_fo_and_hf_meta_steps_equal_hand_computation_and_evaluation_a
     for variant, n in (("fo", 8), ("hf", 12)):
         method = make("per-fedavg", params={"variant": variant, "alpha": 0.05, "beta": 0.2}, batch_size=4, lr=LR)
         data, server = tiny_data(n=n), method.init_server()
-        reply, _ = method.local_update(server, {}, data, round=0)
+        reply, _ = local_update(method, server, {}, data, round=0)
         order = torch.randperm(n, generator=torch_generator(0, 0, 0, "train"))
         expected = per_fedavg_by_hand(server, data, order, variant, 0.05, 0.2)
         for k in server:

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pfedkit.engine import local_update
 from tests.conftest import make, tiny_data
 from tests.test_baselines import LR, forward, leaf, sgd
 
@@ -46,7 +47,7 @@ def test_fedamp_regularizer_carries_gradient_and_the_step_equals_a_hand_computat
     data = tiny_data(n=8)
     own = method.init_client(0, data)
     cloud = perturbed(own, 0.5, 7)
-    _, after = method.local_update(cloud, own, data, round=0)
+    _, after = local_update(method, cloud, own, data, round=0)
     w = leaf(own)
     ce = F.cross_entropy(forward(w, data.train_x)[1], data.train_y)
     expected = sgd(w, ce + 2.0 / (2 * 0.5) * sum((w[k] - cloud[k]).pow(2).sum() for k in w))
@@ -104,8 +105,12 @@ def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
     server = method.init_server()
     replies = {}
     for cid in range(4):
-        reply, _ = method.local_update(
-            method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid, n=10)), tiny_data(cid, n=10), round=0
+        reply, _ = local_update(
+            method,
+            method.payload(server, 0, cid),
+            method.init_client(cid, tiny_data(cid, n=10)),
+            tiny_data(cid, n=10),
+            round=0,
         )
         assert reply["fomo_ids"].numel() == 0  # nothing stored yet in round 0
         replies[cid] = reply
@@ -119,7 +124,7 @@ def test_fedfomo_server_keeps_models_and_affinities_and_downloads_greedily():
     payload = method.payload(server, 1, 0)
     assert payload["fomo_ids"].tolist()[0] == 3 and 0 not in payload["fomo_ids"].tolist()
     assert torch.equal(payload["fomo.0.head.weight"], replies[3]["head.weight"])
-    reply, after = method.local_update(payload, method.init_client(0, tiny_data(0, n=10)), tiny_data(0, n=10), 1)
+    reply, after = local_update(method, payload, method.init_client(0, tiny_data(0, n=10)), tiny_data(0, n=10), 1)
     assert reply["fomo_weights"].shape == (2,)
     assert torch.equal(
         method.personalized_model(after, payload, tiny_data(0), 2).state_dict()["head.weight"], after["head.weight"]
@@ -161,7 +166,7 @@ def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
     method = make("fedphp", params={"expected_participations": 6, "transfer_weight": 0.3}, batch_size=8, lr=LR)
     data, server = tiny_data(n=8), method.init_server()
     hpm = perturbed(server, 0.5, 9)
-    reply, after = method.local_update(server, {**hpm, "participations": 3}, data, round=4)
+    reply, after = local_update(method, server, {**hpm, "participations": 3}, data, round=4)
     with torch.no_grad():
         teacher = forward(hpm, data.train_x)[0]
     w = leaf(server)
@@ -175,9 +180,9 @@ def test_fedphp_local_step_with_mmd_transfer_and_moving_average_by_hand():
         torch.testing.assert_close(after[k], mu * hpm[k] + (1 - mu) * expected[k], atol=1e-6, rtol=0)
     assert any(not torch.allclose(reply[k], plain[k], atol=1e-5) for k in server)  # the MMD term moved the update
     assert after["participations"] == 4
-    local, first = method.local_update(server, method.init_client(0, data), data, round=0)
+    local, first = local_update(method, server, method.init_client(0, data), data, round=0)
     assert all(torch.equal(first[k], local[k]) for k in server)  # mu = 0 at the first participation: a copy
-    local, late = method.local_update(server, {**hpm, "participations": 50}, data, round=60)
+    local, late = local_update(method, server, {**hpm, "participations": 50}, data, round=60)
     for k in server:  # mu capped at 0.9
         torch.testing.assert_close(late[k], 0.9 * hpm[k] + 0.1 * local[k], atol=1e-6, rtol=0)
     assert torch.equal(
@@ -207,8 +212,8 @@ def test_knn_per_interpolated_prediction_by_hand_and_zero_weight_is_the_global_m
     with torch.no_grad():
         torch.testing.assert_close(plain(data.test_x).exp(), torch.softmax(logits, 1), atol=1e-7, rtol=0)
         assert torch.equal(plain(data.test_x).argmax(1), logits.argmax(1))
-    reply, _ = method.local_update(server, {}, data, 0)  # training is FedAvg's
-    fedavg_reply, _ = make("fedavg").local_update(server, {}, data, 0)
+    reply, _ = local_update(method, server, {}, data, 0)  # training is FedAvg's
+    fedavg_reply, _ = local_update(make("fedavg"), server, {}, data, 0)
     assert all(torch.equal(reply[k], fedavg_reply[k]) for k in server)
 
 
@@ -221,13 +226,13 @@ def test_pfedhn_gradients_reach_the_embedding_of_the_client_that_trained_and_no_
     for cid in range(3):
         data = tiny_data(cid, n=8)
         payload = method.payload(server, 0, cid)
-        reply, kept = method.local_update(payload, {}, data, 0)
+        reply, kept = local_update(method, payload, {}, data, 0)
         assert kept == {} and set(reply) == {"delta." + k for k in payload} | {"num_samples"}
         replies[cid] = reply
     server = method.aggregate(server, replies, 0)  # every client has a stored embedding now
     data = tiny_data(1, n=8)
     payload = method.payload(server, 1, 1)
-    reply, _ = method.local_update(payload, {}, data, 1)
+    reply, _ = local_update(method, payload, {}, data, 1)
     w = leaf(payload)
     expected_step = sgd(w, F.cross_entropy(forward(w, data.train_x)[1], data.train_y))
     for k in payload:  # the client trained the generated model and replied the change
@@ -258,8 +263,8 @@ def test_fedproto_per_trains_as_fedproto_and_evaluates_its_own_model_fine_tuned_
     data = tiny_data(n=8)
     server = proto.init_server()
     client = perturbed(proto.init_client(0, data), 0.3, 4)
-    reply, after = method.local_update(server, client, data, 0)
-    expected_reply, expected_after = proto.local_update(server, client, data, 0)
+    reply, after = local_update(method, server, client, data, 0)
+    expected_reply, expected_after = local_update(proto, server, client, data, 0)
     assert reply["num_samples"] == expected_reply["num_samples"]
     assert all(torch.equal(reply[k], expected_reply[k]) for k in reply if k != "num_samples")
     assert all(torch.equal(after[k], expected_after[k]) for k in after)

@@ -12,10 +12,13 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pfedkit.data.federated import FederatedDataset
-from pfedkit.engine.cohort import Cohort, runs_of_sizes, sgd_step
+from pfedkit.engine import local_update
+from pfedkit.engine.cohort import Cohort, runs_of_sizes
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.engine.workers import Task
 from pfedkit.methods import METHODS
+from pfedkit.methods.base import Capabilities
+from pfedkit.methods.functional import sgd_step
 from pfedkit.models.base import SplitModel
 from pfedkit.records import MethodContext, TrainSettings
 
@@ -102,8 +105,8 @@ def round_tasks(method, fed, round: int, kind: str = "train", evaluate_after: bo
     clients = {cid: method.init_client(cid, fed.client(cid)) for cid in range(fed.num_clients)}
     replies = {}
     for cid in clients:
-        replies[cid], clients[cid] = method.local_update(
-            method.payload(server, round - 1, cid), clients[cid], fed.client(cid), round - 1
+        replies[cid], clients[cid] = local_update(
+            method, method.payload(server, round - 1, cid), clients[cid], fed.client(cid), round - 1
         )
     server = method.aggregate(server, replies, round - 1)
     return [
@@ -131,7 +134,7 @@ def test_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name, ima
     method = method_for(name, images)
     fed = federation(images)
     tasks = round_tasks(method, fed, round=2)
-    want = {t.cid: method.local_update(t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
+    want = {t.cid: local_update(method, t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
     got = dict(Cohort(method, fed).train(tasks))
     assert set(got) == set(want)
     for cid, (reply, state, after) in got.items():
@@ -153,17 +156,35 @@ def test_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name, ima
         {"mu_steps": "epoch"},
         {"mu_clip": False, "mu_decay": 0.02},
         {"teacher": "current", "personal_step": "mixture", "kt_form": "feature-sum"},
+        {"mu_gradient": "apfl"},
+        {"mu_gradient": "apfl", "mu_steps": "epoch"},
+        {"mix_buffers": False},
+        {"kt_form": "feature-mean"},
+        {"kt_form": "logits-random-head"},
+        {"momentum": 0.0},
     ],
-    ids=["mu-per-epoch", "mu-unclipped-decay", "current-teacher-mixture"],
+    ids=[
+        "mu-per-epoch",
+        "mu-unclipped-decay",
+        "current-teacher-mixture",
+        "apfl",
+        "apfl-per-epoch",
+        "buffers-unmixed",
+        "feature-mean",
+        "logits-random-head",
+        "no-momentum",
+    ],
 )
 def test_fedafk_readings_in_a_cohort_equal_one_client_at_a_time(params):
-    method = method_for("fedafk", images=True)
+    params = dict(params)
+    train = {"momentum": params.pop("momentum")} if "momentum" in params else {}
+    method = method_for("fedafk", images=True, **train)
     method.params = method.validate_params(params)
     fed = federation(True)
     tasks = round_tasks(method, fed, round=1)
     got = dict(Cohort(method, fed).train(tasks))
     for t in tasks:
-        reply, state = method.local_update(t.payload, t.client, fed.client(t.cid), 1)
+        reply, state = local_update(method, t.payload, t.client, fed.client(t.cid), 1)
         assert_states_close(got[t.cid][0], reply, f"client {t.cid} reply")
         assert_states_close(got[t.cid][1], state, f"client {t.cid} state")
 
@@ -220,7 +241,7 @@ def test_a_cohort_steps_on_slices_of_its_stacks_without_gathering_them(name):
         got = dict(Cohort(method, fed).train(tasks))
     assert counted.ops["aten.index_select"] == 0 and counted.ops["aten.index_copy_"] == 0
     for t in tasks:
-        reply, state = method.local_update(t.payload, t.client, fed.client(t.cid), 1)
+        reply, state = local_update(method, t.payload, t.client, fed.client(t.cid), 1)
         assert_states_close(got[t.cid][0], reply, f"client {t.cid} reply")
         assert_states_close(got[t.cid][1], state, f"client {t.cid} state")
 
@@ -266,24 +287,12 @@ def test_functional_sgd_equals_torch_sgd_with_momentum_and_weight_decay():
     assert torch.allclose(mine, p.detach(), atol=1e-7)
 
 
-def test_methods_that_cannot_be_batched_say_so():
-    assert METHODS["fedavg"].batched() == (True, True)
-    assert METHODS["fedavg-ft"].batched() == (True, False)  # fine-tuning before evaluation is written as code
-    assert METHODS["fedamp"].batched() == (False, False)
-    assert METHODS["fedafk"].batched() == (True, True)  # three models stepped together: a joint step
-
-
-def test_a_reading_written_as_code_only_trains_one_client_at_a_time_inside_a_cohort():
-    method = method_for("fedafk", images=False)
-    method.params = method.validate_params({"mu_gradient": "apfl"})  # PFLlib's APFL step: no plan
-    fed = federation(False)
-    tasks = round_tasks(method, fed, round=1)
-    assert method.local_plan(tasks[0].payload, tasks[0].client, fed.client(0), 1) is None
-    got = dict(Cohort(method, fed).train(tasks))
-    for t in tasks:
-        reply, state = method.local_update(t.payload, t.client, fed.client(t.cid), 1)
-        assert_states_close(got[t.cid][0], reply, f"client {t.cid}")
-    assert METHODS["pgfedsplit"].batched() == (True, False)  # evaluation mixes a delivered head in first
+def test_methods_declare_what_the_engine_may_batch():
+    assert METHODS["fedavg"].capabilities() == Capabilities(plan=True, weights=True)
+    assert METHODS["fedavg-ft"].capabilities() == Capabilities(True, False)  # fine-tuned before evaluation: code
+    assert METHODS["fedamp"].capabilities() == Capabilities(False, False)
+    assert METHODS["fedafk"].capabilities() == Capabilities(True, True)  # three models stepped together: a joint step
+    assert METHODS["pgfedsplit"].capabilities() == Capabilities(True, False)  # a delivered head mixed in first
 
 
 def test_a_cohort_inside_the_default_device_mode_of_a_gpu_run():
@@ -420,7 +429,7 @@ def test_on_a_gpu_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(
         method = method_for(name, images=True)
         fed = federation(True).to(torch.device("cuda"))
         tasks = round_tasks(method, fed, round=2)
-        want = {t.cid: method.local_update(t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
+        want = {t.cid: local_update(method, t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
         got = dict(Cohort(method, fed).train(tasks))
         evaluated = dict(Cohort(method, fed).evaluate([replace(t, kind="eval") for t in tasks]))
     for cid, (reply, state, _) in got.items():

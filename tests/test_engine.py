@@ -148,6 +148,8 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
 class _DyingMethod:
     """Stands in for a method whose worker is killed mid-update (as the out-of-memory killer would)."""
 
+    training = "code"
+
     def forget_draws(self):
         pass
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pfedkit.engine import local_update
 from pfedkit.engine.simulation import Simulation
 from pfedkit.io import read_csv
 from pfedkit.registry import build_config
@@ -93,7 +94,7 @@ def test_one_local_round_equals_the_hand_computation(form, step):
         k: (v + 0.3 * torch.randn(v.shape, generator=gen) if isinstance(v, torch.Tensor) else v)
         for k, v in client.items()
     }  # a client whose extractor and head differ from the global ones
-    reply, new = method.local_update(method.payload(server, 0, 0), client, data, 0)
+    reply, new = local_update(method, method.payload(server, 0, 0), client, data, 0)
     tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5, form, step)
     assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(
         reply["body.0.bias"], tg[1], atol=1e-6
@@ -112,7 +113,7 @@ def test_mu_stays_in_the_unit_interval_under_extreme_learning_rates():
             data = tiny_data(n=8)
             client = method.init_client(0, data)
             for round in range(3):
-                _, client = method.local_update(method.init_server(), client, data, round)
+                _, client = local_update(method, method.init_server(), client, data, round)
                 assert 0.0 <= client["mu"] <= 1.0
 
 
@@ -124,8 +125,8 @@ def test_without_both_parts_the_personal_model_ignores_the_global_one():
     assert client["mu"] == 1.0
     server = method.init_server()
     other = {k: torch.randn_like(v) for k, v in server.items()}
-    _, a = method.local_update(server, client, data, 0)
-    _, b = method.local_update(other, client, data, 0)
+    _, a = local_update(method, server, client, data, 0)
+    _, b = local_update(method, other, client, data, 0)
     for k in a:
         assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k  # trained as if alone
     assert a["mu"] == 1.0
@@ -135,9 +136,9 @@ def test_flags_change_the_update():
     data = tiny_data(n=8)
     base = make("fedafk", batch_size=4)
     server, client = base.init_server(), base.init_client(0, data)
-    _, ref = base.local_update(server, client, data, 0)
+    _, ref = local_update(base, server, client, data, 0)
     for params in ({"teacher": "current"}, {"mu_gradient": "apfl"}, {"kt_weight": 0.0}):
-        _, other = make("fedafk", params=params, batch_size=4).local_update(server, client, data, 0)
+        _, other = local_update(make("fedafk", params=params, batch_size=4), server, client, data, 0)
         assert not torch.equal(ref["body.0.weight"], other["body.0.weight"]) or ref["mu"] != other["mu"], params
 
 
@@ -171,8 +172,8 @@ def test_ablation_presets_are_the_flags():
     preset, flags = make("fedafk-no-both"), make("fedafk", params={"kt_weight": 0.0, "adaptive_aggregation": False})
     server = preset.init_server()
     a, b = (
-        preset.local_update(server, preset.init_client(0, data), data, 0),
-        flags.local_update(server, flags.init_client(0, data), data, 0),
+        local_update(preset, server, preset.init_client(0, data), data, 0),
+        local_update(flags, server, flags.init_client(0, data), data, 0),
     )
     assert all(torch.equal(a[0][k], b[0][k]) for k in server)
 
@@ -199,8 +200,8 @@ def test_settings_the_others_leave_unused_change_nothing_and_are_the_same_run():
         ),
     ]
     for fixed, unused in inert_sets:
-        ref = make("fedafk", params=fixed, batch_size=4).local_update(server, client, data, 0)
-        other = make("fedafk", params={**fixed, **unused}, batch_size=4).local_update(server, client, data, 0)
+        ref = local_update(make("fedafk", params=fixed, batch_size=4), server, client, data, 0)
+        other = local_update(make("fedafk", params={**fixed, **unused}, batch_size=4), server, client, data, 0)
         for part in (0, 1):
             assert all(torch.equal(torch.as_tensor(ref[part][k]), torch.as_tensor(other[part][k])) for k in ref[part])
         config = lambda params: build_config({"data": {"dataset": "synthetic"}, "method": {"name": "fedafk", **params}})  # noqa: E731
@@ -209,20 +210,27 @@ def test_settings_the_others_leave_unused_change_nothing_and_are_the_same_run():
 
 
 # ---- the readings of mu's step (issue 51): when it moves, whether it is clipped, APFL's decay ----
+def stepped(method, mu: float, grad: float) -> float:
+    value = torch.tensor([mu], dtype=torch.float64)
+    method.next_mu(value, torch.tensor([grad], dtype=torch.float64))
+    return float(value[0])
+
+
 def test_mu_step_reading_is_clipped_or_not_and_decays_as_asked():
     clipped = make("fedafk", lr=0.1)
     free = make("fedafk", params={"mu_clip": False}, lr=0.1)
-    assert clipped.next_mu(0.9, -10.0) == 1.0 and free.next_mu(0.9, -10.0) == pytest.approx(1.9)
-    assert clipped.next_mu(0.1, 10.0) == 0.0 and free.next_mu(0.1, 10.0) == pytest.approx(-0.9)
+    assert stepped(clipped, 0.9, -10.0) == 1.0 and stepped(free, 0.9, -10.0) == pytest.approx(1.9)
+    assert stepped(clipped, 0.1, 10.0) == 0.0 and stepped(free, 0.1, 10.0) == pytest.approx(-0.9)
+    assert stepped(clipped, 0.4, float("nan")) == 0.4  # a non-finite step keeps the old value when clipped
     decaying = make("fedafk", params={"mu_decay": 0.02}, lr=0.1)
-    assert decaying.next_mu(0.5, 0.0) == pytest.approx(0.5 - 0.1 * 0.02 * 0.5)
+    assert stepped(decaying, 0.5, 0.0) == pytest.approx(0.5 - 0.1 * 0.02 * 0.5)
 
 
 def mu_after_round(params, batch_size):
     method = make("fedafk", params=params, batch_size=batch_size, lr=0.1)
     server, data = method.init_server(), tiny_data(n=8)
     client = method.init_client(0, data)
-    _, state = method.local_update(method.payload(server, 0, 0), client, data, 0)
+    _, state = local_update(method, method.payload(server, 0, 0), client, data, 0)
     return state["mu"]
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pfedkit.engine import local_update
 from pfedkit.experiments import run_experiment
 from pfedkit.methods.fedpac import HEAD_KEY, feature_statistics, psd_repair, simplex_qp
 from pfedkit.methods.prototypes import NearestPrototype, aggregate_prototypes, class_means
@@ -155,13 +156,13 @@ def test_fedpac_first_round_has_no_alignment_and_later_rounds_do():
     data = tiny_data(n=12)
     method, plain = make("fedpac"), make("fedpac", params={"align_weight": 0.0})
     server = method.init_server()
-    first, _ = method.local_update(method.payload(server, 0, 0), method.init_client(0, data), data, 0)
-    reference, _ = plain.local_update(plain.payload(server, 0, 0), plain.init_client(0, data), data, 0)
+    first, _ = local_update(method, method.payload(server, 0, 0), method.init_client(0, data), data, 0)
+    reference, _ = local_update(plain, plain.payload(server, 0, 0), plain.init_client(0, data), data, 0)
     for key in ("body.0.weight", "head.weight"):
         assert torch.equal(first[key], reference[key])  # no centroids yet: CE only
     server = method.aggregate(server, {0: first}, round=0)
-    aligned, _ = method.local_update(method.payload(server, 1, 0), method.init_client(0, data), data, 1)
-    unaligned, _ = plain.local_update(plain.payload(server, 1, 0), plain.init_client(0, data), data, 1)
+    aligned, _ = local_update(method, method.payload(server, 1, 0), method.init_client(0, data), data, 1)
+    unaligned, _ = local_update(plain, plain.payload(server, 1, 0), plain.init_client(0, data), data, 1)
     assert not torch.allclose(aligned["body.0.weight"], unaligned["body.0.weight"])
     assert torch.equal(aligned["head.weight"], unaligned["head.weight"])  # the head epoch comes before alignment
 
@@ -170,7 +171,7 @@ def test_fedpac_reply_statistics_use_the_received_body_and_centroids_the_trained
     data = tiny_data(n=12)
     method = make("fedpac")
     server = method.init_server()
-    reply, client = method.local_update(method.payload(server, 0, 0), method.init_client(0, data), data, 0)
+    reply, client = local_update(method, method.payload(server, 0, 0), method.init_client(0, data), data, 0)
     received = method.load(server, method.init_client(0, data))
     with torch.no_grad():
         variance, h = feature_statistics(received.body(data.train_x), data.train_y, 2)
@@ -212,10 +213,10 @@ def test_fedproto_sends_only_prototypes_and_its_step_is_ce_plus_prototype_mse():
     data = tiny_data(n=12)
     method = make("fedproto", params={"proto_weight": 0.7}, batch_size=12)  # one step: all 12 samples
     server = method.init_server()
-    reply, client = method.local_update(method.payload(server, 0, 0), method.init_client(0, data), data, 0)
+    reply, client = local_update(method, method.payload(server, 0, 0), method.init_client(0, data), data, 0)
     assert set(reply) == {"protos", "proto_counts", "num_samples"}
     server = {"protos": torch.tensor([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]]), "proto_counts": torch.tensor([3, 0])}
-    stepped, _ = method.local_update(method.payload(server, 1, 0), client, data, 1)
+    stepped, _ = local_update(method, method.payload(server, 1, 0), client, data, 1)
     # by hand: CE + 0.7 * mean over batch x dims of (z - P[y])^2, where only class 0 has a prototype
     params = {k: v.clone().requires_grad_() for k, v in client.items()}
     z = torch.relu(data.train_x @ params["body.0.weight"].T + params["body.0.bias"])
@@ -247,7 +248,7 @@ def test_fedgh_server_trains_the_global_head_on_class_means():
     assert set(after) == {"head.weight", "head.bias"}
     assert loss(after) < loss(server) - 0.05
     data = tiny_data()
-    reply, client = method.local_update(method.payload(after, 1, 0), method.init_client(0, data), data, 1)
+    reply, client = local_update(method, method.payload(after, 1, 0), method.init_client(0, data), data, 1)
     assert set(reply) == {"protos", "proto_counts", "num_samples"} and set(client) == {"body.0.weight", "body.0.bias"}
     model = method.personalized_model(client, method.payload(after, 1, 0), data, 1)
     assert torch.equal(model.head.weight, after["head.weight"]) and torch.equal(

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pfedkit.data.federated import build_federated
+from pfedkit.engine import local_update
 from pfedkit.engine.client_states import ClientStateStore
 from pfedkit.engine.simulation import Simulation
 from pfedkit.engine.store import load_checkpoint
@@ -109,7 +110,7 @@ def two_rounds(method, data) -> list[dict]:
         replies = {}
         for cid in range(2):
             payload = method.payload(server, round, cid)
-            replies[cid], clients[cid] = method.local_update(payload, clients[cid], datasets[cid], round)
+            replies[cid], clients[cid] = local_update(method, payload, clients[cid], datasets[cid], round)
             messages += [payload, replies[cid]]
         server = method.aggregate(server, replies, round)
     return messages

@@ -124,6 +124,7 @@ def test_held_out_server_split_is_per_class_disjoint_from_clients_and_serves_as_
 
 import torch.nn.functional as F  # noqa: E402
 
+from pfedkit.engine import local_update  # noqa: E402
 from pfedkit.methods.distillation import ensemble_log_probs, pgd_attack, symmetric_kl  # noqa: E402
 from pfedkit.methods.heart import alignment_loss  # noqa: E402
 from pfedkit.models.adapters import trainable_names  # noqa: E402
@@ -263,7 +264,7 @@ def test_client_round_changes_only_adapters_batchnorms_and_head_and_leaves_the_b
     payload = method.init_server()
     client = method.init_client(0, None)
     initial = method.initial_state()
-    reply, after = method.local_update(payload, client, image_data(), 0)
+    reply, after = local_update(method, payload, client, image_data(), 0)
     trainable = set(trainable_names(method.working_model("main")))
     for state in (reply, after):
         model = method.adapter_model(state, "check")
@@ -287,7 +288,7 @@ def test_a_frozen_backbone_lets_a_full_model_method_train_only_what_the_adapter_
     ctx = MethodContext(lambda: small(frozen_backbone=frozen_backbone), TrainSettings(1, 8, 0.05), 3, 0)
     method = cls(cls.validate_params({}), ctx)
     initial = method.initial_state()
-    reply, personal = method.local_update(method.init_server(), method.init_client(0, None), image_data(), 0)
+    reply, personal = local_update(method, method.init_server(), method.init_client(0, None), image_data(), 0)
     after = {**reply, **personal}
     trainable = set(trainable_names(method.working_model("main")))
     changed = {n for n, _ in method.working_model("main").named_parameters() if not torch.equal(after[n], initial[n])}
@@ -305,7 +306,7 @@ def test_distilled_model_is_kept_only_if_it_beats_the_average_on_the_validation_
     def outcome(state: dict) -> tuple[float, float]:
         return float(state["kd_accepted"]), float(state["kd_val_gain"])
 
-    replies = [method.local_update(average, average, image_data(cid), 0)[0] for cid in range(2)]
+    replies = [local_update(method, average, average, image_data(cid), 0)[0] for cid in range(2)]
     teachers = [method.adapter_model(r, f"teacher{cid}") for cid, r in enumerate(replies)]
     model = method.adapter_model(average, "probe").eval()
     with torch.no_grad():  # validation labels the average gets all right: no student can beat it

@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pfedkit.engine import local_update
+from pfedkit.engine.plans import run_phase
 from pfedkit.methods.base import select, weighted_mean
 from tests.conftest import make, tiny_data
 
@@ -33,7 +35,7 @@ def test_fedavg_aggregate_without_replies_keeps_the_model():
 def test_fedavg_one_step_equals_hand_computed_sgd():
     method = make("fedavg", batch_size=8, lr=0.1)
     server, data = method.init_server(), tiny_data(n=8)
-    reply, _ = method.local_update(server, {}, data, round=0)
+    reply, _ = local_update(method, server, {}, data, round=0)
     model = method.load(server)  # a fresh copy of the start point
     loss = F.cross_entropy(model(data.train_x), data.train_y)  # batch = all 8 samples, order is irrelevant
     grads = torch.autograd.grad(loss, list(model.parameters()))
@@ -54,7 +56,7 @@ def test_fedprox_step_equals_hand_computed_proximal_step():
         n: p.detach() - lr * (g + mu * (p.detach() - server[n])) for (n, p), g in zip(model.named_parameters(), grads)
     }
     (phase,) = method.local_phases(server, {}, data, 0)
-    method.run_phase(model, phase, data, 0)  # one step: the batch is all 8 samples
+    run_phase(method, model, phase, data, 0)  # one step: the batch is all 8 samples
     for name, value in expected.items():
         assert torch.allclose(model.state_dict()[name], value, atol=1e-6), name
 
@@ -74,7 +76,7 @@ def test_fedper_never_uploads_the_head_and_keeps_it_local():
     server, data = method.init_server(), tiny_data()
     assert model_keys(server) and all(k.startswith("body.") for k in model_keys(server))
     client = method.init_client(0, data)
-    reply, new_client = method.local_update(method.payload(server, 0, 0), client, data, 0)
+    reply, new_client = local_update(method, method.payload(server, 0, 0), client, data, 0)
     assert all(k.startswith("body.") for k in model_keys(reply))
     assert set(new_client) == {"head.weight", "head.bias"}
     assert not torch.equal(new_client["head.weight"], client["head.weight"])  # the head was trained
@@ -83,7 +85,7 @@ def test_fedper_never_uploads_the_head_and_keeps_it_local():
 def test_lg_fedavg_shares_the_head_not_the_body():
     method = make("lg-fedavg")
     server, data = method.init_server(), tiny_data()
-    reply, client = method.local_update(server, method.init_client(0, data), data, 0)
+    reply, client = local_update(method, server, method.init_client(0, data), data, 0)
     assert model_keys(reply) == {"head.weight", "head.bias"}
     assert all(k.startswith("body.") for k in client)
 
@@ -91,8 +93,8 @@ def test_lg_fedavg_shares_the_head_not_the_body():
 def test_local_sends_no_model():
     method = make("local")
     data = tiny_data()
-    reply, client = method.local_update(
-        method.payload(method.init_server(), 0, 0), method.init_client(0, data), data, 0
+    reply, client = local_update(
+        method, method.payload(method.init_server(), 0, 0), method.init_client(0, data), data, 0
     )
     assert model_keys(reply) == set() and model_keys(client) == model_keys(method.initial_state())
 
@@ -113,8 +115,8 @@ def test_fedrep_trains_head_then_body_each_with_the_other_frozen():
 
     method.fit = spy
     data = tiny_data()
-    method.local_update(method.init_server(), method.init_client(0, data), data, 0)
-    assert calls == [(("head",), 3), (("body",), None)]
+    local_update(method, method.init_server(), method.init_client(0, data), data, 0)
+    assert calls == [(("head",), 3), (("body",), 2)]  # the body: train.local_epochs, resolved by Phase.settings
 
 
 def test_frozen_parts_do_not_move_under_momentum_and_weight_decay():
@@ -130,7 +132,7 @@ def test_frozen_parts_do_not_move_under_momentum_and_weight_decay():
 def test_fedbabu_head_is_fixed_random_and_never_uploaded():
     method = make("fedbabu", params={"ft_epochs": 2})
     server, data = method.init_server(), tiny_data()
-    reply, client = method.local_update(server, method.init_client(0, data), data, 0)
+    reply, client = local_update(method, server, method.init_client(0, data), data, 0)
     assert client == {} and all(k.startswith("body.") for k in model_keys(reply))
     model = method.load(reply, method.random_head())
     assert torch.equal(model.head.weight, method.initial_state()["head.weight"])
@@ -149,10 +151,10 @@ def test_fedavg_ft_fine_tunes_before_evaluation_only():
 def test_updates_depend_on_seed_round_and_client_not_on_call_order():
     method = make("fedavg", batch_size=2)
     server = method.init_server()
-    a = method.local_update(server, {}, tiny_data(0), 3)[0]
-    method.local_update(server, {}, tiny_data(1), 3)
-    again = method.local_update(server, {}, tiny_data(0), 3)[0]
-    other_round = method.local_update(server, {}, tiny_data(0), 4)[0]
+    a = local_update(method, server, {}, tiny_data(0), 3)[0]
+    local_update(method, server, {}, tiny_data(1), 3)
+    again = local_update(method, server, {}, tiny_data(0), 3)[0]
+    other_round = local_update(method, server, {}, tiny_data(0), 4)[0]
     assert all(torch.equal(a[k], again[k]) for k in server)
     assert any(not torch.equal(a[k], other_round[k]) for k in server)
 
@@ -232,7 +234,7 @@ def test_one_purpose_shuffled_twice_in_a_clients_round_warns_and_no_method_does_
             m = make(name)
             server = m.init_server()
             for cid in range(2):
-                m.local_update(m.payload(server, 0, cid), m.init_client(cid, tiny_data(cid)), tiny_data(cid), 0)
+                local_update(m, m.payload(server, 0, cid), m.init_client(cid, tiny_data(cid)), tiny_data(cid), 0)
 
 
 def test_a_task_run_again_does_not_warn_of_repeated_draws():

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import pfedkit
 from pfedkit.cli import main
 from pfedkit.config import dump_toml
+from pfedkit.engine import local_update
 from pfedkit.engine.simulation import simulate
 from pfedkit.errors import ConfigError
 from pfedkit.io import read_csv
@@ -168,7 +169,7 @@ def test_one_import_serves_a_method():
 def test_the_examples_tiny_update_is_fedavgs(tmp_path):
     method = make_fedavgm()
     server, data = method.init_server(), tiny_data(n=8)
-    reply, _ = method.local_update(method.payload(server, 0, 0), {}, data, 0)
+    reply, _ = local_update(method, method.payload(server, 0, 0), {}, data, 0)
     assert reply["num_samples"] == 8 and set(reply) - {"num_samples"} == set(method.payload(server, 0, 0))
 
 
@@ -203,8 +204,12 @@ def test_a_part_sharing_method_still_sends_its_whole_server_state_after_a_round(
         payload = method.payload(server, round, 0)
         assert set(payload) == {k for k in server if not method.is_server_only(k)}, name
         replies = {
-            cid: method.local_update(
-                method.payload(server, round, cid), method.init_client(cid, tiny_data(cid)), tiny_data(cid), round
+            cid: local_update(
+                method,
+                method.payload(server, round, cid),
+                method.init_client(cid, tiny_data(cid)),
+                tiny_data(cid),
+                round,
             )[0]
             for cid in range(2)
         }
@@ -222,8 +227,8 @@ def test_server_only_keys_are_never_broadcast(name):
     )
     server = method.init_server()
     replies = {
-        cid: method.local_update(
-            method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid)), tiny_data(cid), 0
+        cid: local_update(
+            method, method.payload(server, 0, cid), method.init_client(cid, tiny_data(cid)), tiny_data(cid), 0
         )[0]
         for cid in range(2)
     }

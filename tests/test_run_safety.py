@@ -66,6 +66,7 @@ class NaNFromRound2(FedAvg):
     """FedAvg whose client 1 replies NaN from round 2 on: a run that diverges mid-way."""
 
     name = "test-nan-from-round-2"
+    training = "code"  # its update: FedAvg's, trained by PartSharing.local_update, then spoiled
 
     def local_update(self, payload, client, data, round):
         reply, client = super().local_update(payload, client, data, round)
@@ -307,7 +308,7 @@ def test_fedphp_takes_its_expected_participations_from_the_run_when_not_given():
     given = load_config(REPO / "examples" / "digits.toml", ["method.name=fedphp", "method.expected_participations=4"])
     assert given.method_params()["expected_participations"] == 4
     listing = CliRunner().invoke(main, ["methods"]).output
-    entry = listing.split("\nfedphp:")[1].split("\n", 2)[1]
+    entry = listing.split("\nfedphp:")[1].split("\n", 1)[1].split("\n" + "f", 1)[0]  # its indented lines
     assert "expected_participations = (from the run)" in entry and "round(join_ratio x rounds) of the run" in entry
 
 

@@ -30,14 +30,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from pfedkit.engine.evaluation import evaluate_model
-from pfedkit.errors import ConfigError
+from pfedkit.engine.client_step import after_update, begin_update
+from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
-from pfedkit.methods.base import Method, compute_features, deterministic_body, part_of, uses_batchnorm
-from pfedkit.methods.plan import Apply, FunctionalNet, Joint, LocalPlan, Phase, sgd_step
+from pfedkit.methods.base import Method, compute_features, part_of
+from pfedkit.methods.functional import FunctionalNet, per_client, sgd_step
+from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
-from pfedkit.seeding import seeded_torch, torch_generator
+from pfedkit.seeding import torch_generator
 
 EVAL_SAMPLES = 8192  # samples in one batched evaluation pass, over all the clients in it
 GATHER_BYTES = 256 * 2**20  # a phase's batches are gathered ahead in pieces of at most this many bytes
@@ -277,10 +278,10 @@ class Cohort:
 
     # ---- what can be batched ----
     def trains(self) -> bool:
-        return self.method.batched()[0] and not has_dropout(self.method.model)
+        return self.method.capabilities().plan and not has_dropout(self.method.model)
 
     def evaluates(self) -> bool:
-        return self.method.batched()[1]
+        return self.method.capabilities().weights
 
     def signature(self) -> tuple[Any, ...]:
         """What runs must share to train in one cohort: the method and its settings but the seed, and the model."""
@@ -294,10 +295,6 @@ class Cohort:
             self.device,
         )
 
-    def record(self) -> dict[str, Any]:
-        """How this run's clients trained (for summary.json)."""
-        return {"paths": dict(self.paths), **self.runner.record()}
-
     # ---- training ----
     def train(self, tasks: list[Any]) -> Iterator[tuple[int, tuple[State, State, Any]]]:
         """(cid, (reply, new client state, evaluation after the update or None)) for each training task, in client
@@ -306,13 +303,8 @@ class Cohort:
             yield cid, result
 
     def after_local(self, task: Any, reply: State, state: State, data: ClientData) -> Optional[tuple[int, float, int]]:
-        """The evaluation right after the update, with eval.point after-local: as the per-client path, its own draws."""
-        if not task.evaluate_after:
-            return None
-        method = self.method
-        with seeded_torch(method.ctx.seed, task.round, task.cid, "after-local-eval"):
-            model = method.trained_model(reply, state, task.payload, data, task.round)
-            return evaluate_model(model, data.test_x, data.test_y)
+        """The evaluation right after the update, with eval.point after-local: the client step's own."""
+        return after_update(self.method, data, task.payload, reply, state, task.round, task.evaluate_after)
 
     def pool(self, slots: list[Slot]) -> tuple[torch.Tensor, torch.Tensor]:
         """The training data of the slots' runs as one pool (a run's own when all are of one run, else their
@@ -403,19 +395,17 @@ class Cohort:
         self, weights: dict[str, torch.Tensor], phases: list[Phase], slots: list[Slot], pool_x, pool_y
     ) -> None:
         """One phase of every slot's plan (the same but for their tensors) on the stacked weights, in place."""
-        method, cfg, phase = self.method, self.method.ctx.train, phases[0]
+        method, phase = self.method, phases[0]
         given = self.arena.stack(("given", phase.shape()), [p.given for p in phases]) if phase.given else {}
         template = method.working_model(phase.model)
-        lr = cfg.lr if phase.lr is None else phase.lr
-        momentum = cfg.momentum if phase.momentum is None else phase.momentum
-        weight_decay = cfg.weight_decay if phase.weight_decay is None else phase.weight_decay
+        settings = phase.settings(method.ctx.train, template, pool_x.dim() == 4)
+        lr, momentum, weight_decay = settings.lr, settings.momentum, settings.weight_decay
         param_names = [name for name, _ in template.named_parameters()]
         rows = [s.rows() for s in slots]
         datas = [s.data for s in slots]
-        head_inputs = phase.head_inputs is not None
-        if head_inputs or (phase.head_features and deterministic_body(template) and cfg.augment == "none"):
+        if settings.head_alone:
             # the head alone, on given inputs (an embedding set) or, as fit_head, on features computed once
-            if head_inputs:
+            if settings.head_alone == "inputs":
                 pool_x = torch.cat([p.head_inputs[0] for p in phases])
                 pool_y = torch.cat([p.head_inputs[1] for p in phases])
                 sizes = [len(p.head_inputs[1]) for p in phases]
@@ -434,8 +424,8 @@ class Cohort:
             phase,
             [replace(s, data=d) for s, d in zip(slots, datas)],
             rows,
-            augment=cfg.augment == "crop-flip" and pool_x.dim() == 4,
-            drop_single=uses_batchnorm(template),
+            augment=settings.augment,
+            drop_single=settings.drop_single,
         )
         momenta = (
             self.arena.zeros_like(("momenta", phase.shape()), {n: weights[n] for n in trained}) if momentum else {}
@@ -446,7 +436,7 @@ class Cohort:
             every = {**train_w, **fixed_w}
             return loss(FunctionalNet(template, every), {n: every[n] for n in param_names}, x, y, given_c)
 
-        batched_loss = vmap(client_loss)
+        batched_loss = per_client(client_loss)
 
         def step(view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
             w = view["weights"]
@@ -460,7 +450,7 @@ class Cohort:
 
         template.train()
         state = {"weights": weights, "momenta": momenta, "given": given}
-        key = ("phase", phase.shape(), id(template), tuple(trained), head_inputs)
+        key = ("phase", phase.shape(), id(template), tuple(trained), settings.head_alone)
         self.run_steps(state, layout, pool_x, pool_y, step, key)
 
     @torch.no_grad()
@@ -582,13 +572,13 @@ def train_together(
         for task in sorted(tasks, key=lambda t: t.cid):
             client = task.client() if callable(task.client) else task.client
             data = cohort.fed.client(task.cid)
-            method.forget_draws()  # a new local update: the draws before it were another update's
+            begin_update(method)  # the client step's start (engine/client_step.py); its end: after_local
             plan = method.local_plan(task.payload, client, data, task.round)
-            if plan is None:  # a reading the method writes as code only (FedAFK's APFL mu step): one at a time
-                reply, state = method.local_update(task.payload, client, data, task.round)
-                results[index][task.cid] = (reply, state, cohort.after_local(task, reply, state, data))
-                cohort.paths["one at a time (update written as code)"] += 1
-                continue
+            if plan is None:
+                raise PfedkitError(
+                    f"method {method.name} declares training = 'plan' but its local_plan returned None for client "
+                    f"{task.cid}; return a LocalPlan, or declare training = 'code'"
+                )
             key = (signatures[index], tuple(p.shape() for p in plan.phases))
             groups[key].append((index, Slot(cohort, task, client, data, plan)))
     for members in groups.values():  # clients whose plans differ only in their tensors train together

@@ -486,6 +486,10 @@ class Simulation(RoundLoop):
     def restore(self, ckpt: dict[str, Any]) -> None:
         if "flower" in ckpt:  # the clients' states are on their own machines
             raise PfedkitError(f"{self.out} holds a Flower run; resume it with `pfedkit flower ... --resume`")
+        counts = ckpt.get("training", {})
+        self.paths.update(counts.get("paths", {}))
+        if self.cohort is not None:
+            self.cohort.runner.counts.update(counts.get("steps", {}))
         if self.spilled is not None:
             self.spilled.keep_from = ckpt["next_round"]  # the client files hold every version this resume needs
             self.spilled.trained = {int(k): int(v) for k, v in ckpt.get("client_versions", {}).items()}
@@ -493,9 +497,10 @@ class Simulation(RoundLoop):
         self.clients = {int(k): v for k, v in ckpt["clients"].items()}
 
     def checkpoint_extra(self) -> dict[str, Any]:
+        training = {"training": self.training_counts()}  # how the clients trained so far, carried over a resume
         if self.spilled is not None:
-            return {"client_state": "disk", "client_versions": dict(self.spilled.trained)}
-        return {"clients": self.clients}
+            return {"client_state": "disk", "client_versions": dict(self.spilled.trained), **training}
+        return {"clients": self.clients, **training}
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
@@ -595,18 +600,25 @@ class Simulation(RoundLoop):
         """Why this run's clients train one at a time (for summary.json and the run log)."""
         if self.cohort is None:
             return "one at a time (run.cohort off, or auto off a GPU)"
-        if not self.method.batched()[0]:
-            return "one at a time (the method states no local_plan)"
+        if not self.method.capabilities().plan:
+            return "one at a time (the method's training is written as code)"
         return "one at a time (the model has dropout)"
+
+    def training_counts(self) -> dict[str, dict[str, int]]:
+        """Clients trained by path and cohort steps by kind, so far (a checkpoint carries them over a resume)."""
+        paths = Counter(self.paths)
+        steps: dict[str, int] = {}
+        if self.cohort is not None:
+            paths.update(self.cohort.paths)
+            steps = dict(self.cohort.runner.counts)
+        return {"paths": dict(paths), "steps": steps}
 
     def training_paths(self) -> dict[str, Any]:
         """How the clients of this run trained: by path, and the cohort's step mode and what it ran."""
-        record: dict[str, Any] = {"paths": dict(self.paths)}
-        if self.cohort is not None:
-            cohort = self.cohort.record()
-            record["paths"].update(cohort.pop("paths"))
-            if record["paths"].get("cohort"):
-                record.update(cohort)
+        counts = self.training_counts()
+        record: dict[str, Any] = {"paths": counts["paths"]}
+        if self.cohort is not None and counts["paths"].get("cohort"):
+            record.update(self.cohort.runner.record())
         return record
 
     def summary_extra(self) -> dict[str, Any]:

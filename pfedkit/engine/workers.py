@@ -20,12 +20,12 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.engine.client_step import evaluate_client
 from pfedkit.engine.lifeline import die_with_parent
+from pfedkit.engine.plans import train_client
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.base import Method
 from pfedkit.records import State
-from pfedkit.seeding import seeded_torch
 
 IN_FLIGHT_PER_WORKER = 2  # tasks out per worker: one running, one queued behind it
 
@@ -67,19 +67,11 @@ def prepared(task: Task, packed: bool = True) -> Task:
 
 def run_task(method: Method, fed: Any, task: Task) -> tuple[int, Any]:
     """(cid, evaluation) for an "eval" task; (cid, (reply, new state, evaluation after the update or None)) for
-    a "train" task."""
+    a "train" task: the client step of engine/client_step.py."""
     data = fed.client(task.cid)
     if task.kind == "train":
-        method.forget_draws()  # a task run again (a retried worker) repeats its draws by design
-        reply, client = method.local_update(task.payload, task.client, data, task.round)
-        after = None
-        if task.evaluate_after:  # its own seeded draws: measuring leaves every other number as it was
-            with seeded_torch(method.ctx.seed, task.round, task.cid, "after-local-eval"):
-                model = method.trained_model(reply, client, task.payload, data, task.round)
-                after = evaluate_model(model, data.test_x, data.test_y)
-        return task.cid, (reply, client, after)
-    model = method.personalized_model(task.client, task.payload, data, task.round)
-    return task.cid, evaluate_model(model, data.test_x, data.test_y)
+        return task.cid, train_client(method, data, task.client, task.payload, task.round, task.evaluate_after)
+    return task.cid, evaluate_client(method, data, task.client, task.payload, task.round)
 
 
 def settle_on(device: torch.device, fed: Any) -> Any:

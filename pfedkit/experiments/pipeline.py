@@ -140,7 +140,7 @@ def together_key(config: Config) -> Optional[str]:
     None for a run that trains alone."""
     if config.run.together == "off" or not cohort_settings(config.run, driver_device(config.run)):
         return None
-    if not method_class(config.method.name, config.method.module).batched()[0]:  # trains one client at a time
+    if not method_class(config.method.name, config.method.module).capabilities().plan:  # one client at a time
         return None
     raw = config.to_dict()
     for key in ("seed", "repeat", "log_to"):

@@ -18,14 +18,14 @@ from flwr.clientapp import ClientApp
 import pfedkit
 from pfedkit.config import Config
 from pfedkit.engine.client_states import ClientStateStore
-from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.engine.client_step import evaluate_client
+from pfedkit.engine.plans import train_client
 from pfedkit.flower.node_data import client_id, load_node_data
 from pfedkit.flower.records import from_records, to_records
 from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, INFO, config_from_run_config, default_state_root
 from pfedkit.methods.base import Method
 from pfedkit.records import ClientData
 from pfedkit.registry import build_method
-from pfedkit.seeding import seeded_torch
 
 app = ClientApp()
 
@@ -102,19 +102,17 @@ def work(node: Node, content: RecordDict) -> RecordDict:
     eval_s = train_s = 0.0
     if control["evaluate"]:
         start = time.perf_counter()
-        model = node.method.personalized_model(client, payload, node.data, round)
-        correct, loss, n = evaluate_model(model, node.data.test_x, node.data.test_y)
+        correct, loss, n = evaluate_client(node.method, node.data, client, payload, round)
         out[EVAL] = MetricRecord({"correct": correct, "loss": loss, "n": n})
         eval_s = time.perf_counter() - start
     if control["train"]:
         start = time.perf_counter()
-        reply, client = node.method.local_update(payload, client, node.data, round)
+        after = bool(control.get("evaluate-after", False))  # eval.point after-local: the model this update left
+        reply, client, measured = train_client(node.method, node.data, client, payload, round, after)
         store.save(client, round, int(control["keep-from"]))
         to_records(reply, out)
-        if control.get("evaluate-after", False):  # eval.point after-local: the model this update left
-            with seeded_torch(node.method.ctx.seed, round, node.cid, "after-local-eval"):
-                model = node.method.trained_model(reply, client, payload, node.data, round)
-                correct, loss, n = evaluate_model(model, node.data.test_x, node.data.test_y)
+        if measured is not None:
+            correct, loss, n = measured
             out[EVAL_AFTER] = MetricRecord({"correct": correct, "loss": loss, "n": n})
         train_s = time.perf_counter() - start
     out[CONTROL] = ConfigRecord(

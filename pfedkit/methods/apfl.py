@@ -7,16 +7,22 @@ projected onto [0, 1]. The client evaluates v_bar. Only w travels.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
 from pfedkit.methods.base import HyperParams, register, searched
-from pfedkit.methods.fedafk import clip_unit
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
+
+
+def clip_unit(value: float, fallback: float) -> float:
+    """Project onto [0, 1] (APFL's convention); a non-finite step keeps the old value."""
+    return fallback if math.isnan(value) else min(max(value, 0.0), 1.0)
 
 
 class APFLParams(HyperParams):
@@ -40,6 +46,8 @@ def mixture(v: State, w: State, alpha: float) -> State:
 @register
 class APFL(PartSharing):
     name = "apfl"
+    training = "code"
+    evaluation = "model"
     summary = "personal model mixed with the global one by a learned alpha; the mixture is evaluated"
     Params = APFLParams
     shared = ("body", "head")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import warnings
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Optional
 
 import torch
@@ -21,8 +21,8 @@ from torch import nn
 from pfedkit.config import describe_validation_error
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.augment import crop_flip
-from pfedkit.methods.plan import LocalPlan, Phase, cross_entropy
-from pfedkit.models.base import PARTS, SplitModel
+from pfedkit.methods.plan import LocalPlan
+from pfedkit.models.base import PARTS, SplitModel, deterministic_body, uses_batchnorm
 from pfedkit.records import ClientData, MethodContext, State
 from pfedkit.seeding import seeded_torch, torch_generator
 
@@ -156,6 +156,28 @@ class WeightedMeanFold:
         return dict(self.sum)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a method declares the engine may do with it: train its clients as a cohort (a plan) and evaluate them as
+    one (weights); `pfedkit methods` prints them with the path each takes."""
+
+    plan: bool
+    weights: bool
+
+    def training_path(self) -> str:
+        if self.plan:
+            return (
+                "the round's clients as one cohort on a GPU (run.cohort), one client at a time elsewhere, from the "
+                "same plan; a model with dropout trains one client at a time"
+            )
+        return "one client at a time everywhere (local_update, written as code)"
+
+    def evaluation_path(self) -> str:
+        if self.weights:
+            return "batched over the clients in a cohort on a GPU (evaluation_weights), one at a time elsewhere"
+        return "one client at a time everywhere (personalized_model)"
+
+
 class RepeatedDrawWarning(UserWarning):
     """A method drew one client's batch order twice under one purpose in a round (they repeat)."""
 
@@ -170,6 +192,12 @@ class Method:
     # server-state keys kept on the server and never broadcast (a key, or a prefix ending in "."), whatever
     # `broadcast` returns: a server's momentum, per-client stores, counters
     server_only: ClassVar[tuple[str, ...]] = ()
+    # How the local training is stated: "plan" (local_plan and plan_result: the engine runs it one client at a time or
+    # a whole cohort at once) or "code" (local_update, one client at a time).
+    training: ClassVar[str] = "code"
+    # How a client's personalized model is had for evaluation: "weights" (evaluation_weights: the working model with
+    # those weights, so evaluation may be batched) or "model" (personalized_model only, one client at a time).
+    evaluation: ClassVar[str] = "model"
 
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params
@@ -211,11 +239,17 @@ class Method:
         return named_by(key, cls.server_only)
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        """Runs the method's plan (`local_plan`) for this client; a method without one writes this hook itself."""
-        plan = self.local_plan(payload, client, data, round)
-        if plan is None:
-            raise NotImplementedError(f"{self.name} states neither local_update nor local_plan")
-        return self.plan_result(self.run_plan(plan, data, round), plan, data, round)
+        """(reply, new client state): the local update written as code (`training = "code"`). A method whose training
+        is a plan (`training = "plan"`) states local_plan instead, and the engine runs the plan
+        (`pfedkit.engine.local_update(method, payload, client, data, round)`, whichever way the method states it)."""
+        raise NotImplementedError(
+            f"method {self.name} declares training = {self.training!r}: "
+            + (
+                "the engine runs its plan; call pfedkit.engine.local_update(method, payload, client, data, round)"
+                if self.training == "plan"
+                else "write local_update"
+            )
+        )
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:
         return server
@@ -247,45 +281,29 @@ class Method:
         return None
 
     @classmethod
-    def batched(cls) -> tuple[bool, bool]:
-        """(local training, evaluation): whether this method states the batchable form of each."""
-        return cls.local_plan is not Method.local_plan, cls.evaluation_weights is not Method.evaluation_weights
+    def capabilities(cls) -> Capabilities:
+        """What the engine may do with this method, as it declares (`training`, `evaluation`)."""
+        return Capabilities(cls.training == "plan", cls.evaluation == "weights")
 
-    def run_plan(self, plan: LocalPlan, data: ClientData, round: int) -> dict[str, State]:
-        """The plan for one client, phase by phase with `fit` (the reference the cohort path is tested against)."""
-        models: dict[str, SplitModel] = {}
-        for phase in plan.phases:
-            if not isinstance(phase, Phase):
-                raise PfedkitError(
-                    f"{self.name}: a plan with joint steps runs in a cohort only; one client at a "
-                    "time, the method's own local_update runs it"
-                )
-            if phase.model not in models:
-                models[phase.model] = self.load(plan.models[phase.model], slot=phase.model)
-            self.run_phase(models[phase.model], phase, data, round)
-        return {name: self.state_of(model) for name, model in models.items()}
-
-    def run_phase(self, model: SplitModel, phase: Phase, data: ClientData, round: int) -> float:
-        sgd = dict(
-            epochs=phase.epochs,
-            lr=phase.lr,
-            momentum=phase.momentum,
-            weight_decay=phase.weight_decay,
-            purpose=phase.purpose,
-        )
-        if phase.head_features:
-            return self.fit_head(model, data, round, **sgd)
-        if phase.head_inputs is not None:
-            features, labels = phase.head_inputs
-            head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
-            return self.fit(head_only, replace(data, train_x=features, train_y=labels), round, parts=("head",), **sgd)
-        given, loss = phase.given, phase.loss
-
-        def loss_fn(m: SplitModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return loss(m, dict(m.named_parameters()), x, y, given)
-
-        plain = loss is cross_entropy  # fit's own loss: no parameter dict built every step
-        return self.fit(model, data, round, parts=phase.parts, loss_fn=None if plain else loss_fn, **sgd)
+    @classmethod
+    def declaration_problems(cls) -> list[str]:
+        """Where the hooks a class writes contradict what it declares (checked when it is registered)."""
+        problems = []
+        if cls.training not in ("plan", "code"):
+            problems.append(f"training = {cls.training!r}: declare 'plan' (local_plan) or 'code' (local_update)")
+        elif cls.training == "plan":
+            missing = [h for h in ("local_plan", "plan_result") if getattr(cls, h) is getattr(Method, h)]
+            if missing:
+                problems.append(f"training = 'plan' but {' and '.join(missing)} not written")
+        elif cls.local_update is Method.local_update:
+            problems.append("training = 'code' but local_update not written (or declare training = 'plan')")
+        if cls.evaluation not in ("weights", "model"):
+            problems.append(f"evaluation = {cls.evaluation!r}: declare 'weights' or 'model'")
+        elif cls.evaluation == "weights" and cls.evaluation_weights is Method.evaluation_weights:
+            problems.append("evaluation = 'weights' but evaluation_weights not written")
+        elif cls.personalized_model is Method.personalized_model:
+            problems.append("personalized_model not written: the engine evaluates every client with it")
+        return problems
 
     def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         """The client's personalized model right after its local update (`eval.point = "after-local"`): the method's
@@ -467,16 +485,6 @@ def frozen(params: Iterable[nn.Parameter]) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-def uses_batchnorm(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
-def deterministic_body(model: SplitModel) -> bool:
-    """No BatchNorm or dropout: the body's output does not depend on the batch or on the train/eval mode."""
-    stochastic = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
-    return not any(isinstance(m, stochastic) for m in model.body.modules())
-
-
 @torch.no_grad()
 def compute_features(model: SplitModel, x: torch.Tensor, batch: int = 1000) -> torch.Tensor:
     return torch.cat([model.body(x[i : i + batch]) for i in range(0, len(x), batch)]) if len(x) else model.body(x)
@@ -490,6 +498,11 @@ METHODS: dict[str, type[Method]] = {}
 
 
 def register(cls: type[Method]) -> type[Method]:
+    if problems := cls.declaration_problems():
+        raise PfedkitError(
+            f"method {cls.name} ({cls.__module__}.{cls.__qualname__}) contradicts what it declares: "
+            + "; ".join(problems)
+        )
     if cls.name in METHODS:
         raise RuntimeError(f"method {cls.name} registered twice")
     METHODS[cls.name] = cls

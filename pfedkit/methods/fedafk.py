@@ -10,19 +10,17 @@ Choices the paper leaves open are flags below, each description naming its readi
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
-from torch.func import functional_call, vmap
 
-from pfedkit.methods.base import HyperParams, frozen, register, searched, select, variant
-from pfedkit.methods.plan import Apply, FunctionalNet, Joint, LocalPlan, Phase, batched_grads, sgd_step
+from pfedkit.methods.base import HyperParams, register, searched, select, variant
+from pfedkit.methods.functional import FunctionalNet, batched_grads, per_client, sgd_step
+from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase
 from pfedkit.methods.sharing import PartSharing
-from pfedkit.models.base import SplitModel, eval_mode
 from pfedkit.records import ClientData, State
 
 
@@ -95,18 +93,6 @@ class FedAFKParams(HyperParams):
 Head = Callable[[torch.Tensor], torch.Tensor]
 
 
-@torch.no_grad()
-def teacher_features(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
-    """The teacher's features in eval mode (our choice): a teacher's forward must not move BatchNorm statistics."""
-    with eval_mode(model):
-        return model.body(x)
-
-
-def clip_unit(value: float, fallback: float) -> float:
-    """Project onto [0, 1] (APFL's convention); a non-finite step keeps the old value."""
-    return fallback if math.isnan(value) else min(max(value, 0.0), 1.0)
-
-
 def feature_kl(student: torch.Tensor, teacher: torch.Tensor, vmapped: bool = False) -> torch.Tensor:
     """KL(softmax(teacher) || softmax(student)) over the feature dimensions, batch mean (docs/methods.md 1.5-a).
     Under vmap (a cohort) written out, since torch's kl_div has no batching rule there and would run client by
@@ -152,114 +138,16 @@ class FedAFK(PartSharing):
             kt = feature_kl(features, teacher, vmapped) * (len(y) if form == "feature-sum" else 1)
         return (1 - lam) * loss + lam * kt
 
-    def personal_features(self, personal: SplitModel, glob: SplitModel, mu: float, x: torch.Tensor) -> torch.Tensor:
-        """theta_i's features for its own step: theta_i alone, or the mixture with theta_G held fixed."""
-        if self.params.personal_step == "theta" or not self.params.adaptive_aggregation:
-            return personal.body(x)
-        mixed = {
-            n: mu * pi + (1 - mu) * pg.detach()
-            for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())
-        }
-        return functional_call(personal.body, {**mixed, **dict(personal.body.named_buffers())}, (x,))
-
-    def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        p, cfg = self.params, self.ctx.train
-        personal = self.load(client)
-        glob = self.load(payload, self.random_head(), slot="global")
-        snapshot = self.load(payload, self.random_head(), slot="teacher") if p.teacher == "received" else glob
-        mu = float(client["mu"])
-        sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        opt_global = torch.optim.SGD(glob.body.parameters(), **sgd)
-        opt_personal = torch.optim.SGD(personal.body.parameters(), **sgd)
-        for epoch in range(cfg.local_epochs):
-            grad_sum, batches = 0.0, 0  # mu's gradients over the epoch, with mu_steps = "epoch"
-            glob.train()
-            personal.train()
-            # phi_rd never trains; phi_i is frozen in steps (a)-(c)
-            with frozen([*glob.head.parameters(), *personal.head.parameters()]):
-                for xb, yb in self.minibatches(data, round, f"train-{epoch}", epochs=1):
-                    # (a) the global extractor under the fixed random head (Eq. 4)
-                    sup = F.cross_entropy(glob(xb), yb)
-                    opt_global.zero_grad(set_to_none=True)
-                    sup.backward()
-                    opt_global.step()
-                    # (b) the personal extractor: CE with frozen phi_i plus feature KL to the teacher (Eq. 5)
-                    teacher = teacher_features(snapshot, xb) if p.kt_weight > 0 else None
-                    total = self.personal_loss(
-                        (personal.head, glob.head), self.personal_features(personal, glob, mu, xb), yb, teacher
-                    )
-                    opt_personal.zero_grad(set_to_none=True)
-                    total.backward()
-                    opt_personal.step()
-                    # (c) mu by the gradient of the same loss through the mixed extractor (Eq. 6), kept in [0, 1]
-                    if p.adaptive_aggregation:
-                        grad = self.mu_grad(personal, glob, mu, xb, yb, teacher)
-                        if p.mu_steps == "batch":
-                            mu = self.next_mu(mu, grad)
-                        else:
-                            grad_sum, batches = grad_sum + grad, batches + 1
-            if p.adaptive_aggregation:
-                if batches:
-                    mu = self.next_mu(mu, grad_sum / batches)
-                self.mix_into(personal, glob, mu)
-            self.fit_head(personal, data, round, epochs=1, purpose=f"head-{epoch}")  # Eq. 7 on the new theta_i
-        reply = {**self.state_of(glob, ("body",)), "num_samples": data.num_train}
-        return reply, {**self.state_of(personal), "mu": mu}
-
-    def next_mu(self, mu: float, grad: float) -> float:
-        """mu after one gradient step (Eq. 6), with mu_decay's term; kept in [0, 1] with mu_clip; a non-finite step
-        keeps the old value with mu_clip (APFL's convention), else it stops the run as any non-finite state does."""
-        p = self.params
-        value = mu - self.ctx.train.lr * (grad + p.mu_decay * mu if p.mu_decay else grad)
-        return clip_unit(value, mu) if p.mu_clip else value
-
-    def mu_grad(
-        self,
-        personal: SplitModel,
-        glob: SplitModel,
-        mu: float,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        teacher: torch.Tensor | None,
-    ) -> float:
-        if self.params.mu_gradient == "apfl":
-            # PFLlib's APFL approximation: <theta_i - theta_G, mu * grad_i + (1 - mu) * grad_G>, this batch's grads.
-            with torch.no_grad():
-                return sum(
-                    float(((pi - pg) * (mu * pi.grad + (1 - mu) * pg.grad)).sum())
-                    for pi, pg in zip(personal.body.parameters(), glob.body.parameters())
-                )
-        mu_t = torch.tensor(mu, requires_grad=True)
-        mixed = {
-            n: mu_t * pi.detach() + (1 - mu_t) * pg.detach()
-            for (n, pi), pg in zip(personal.body.named_parameters(), glob.body.parameters())
-        }
-        buffers = {n: b.clone() for n, b in personal.body.named_buffers()}  # BatchNorm may update them in place
-        features = functional_call(personal.body, {**mixed, **buffers}, (x,))
-        (grad,) = torch.autograd.grad(self.personal_loss((personal.head, glob.head), features, y, teacher), mu_t)
-        return float(grad)
-
-    def mix_into(self, personal: SplitModel, glob: SplitModel, mu: float) -> None:
-        """theta_i <- mu * theta_i + (1 - mu) * theta_G (Alg. 1 line 12); float buffers too if mix_buffers."""
-        with torch.no_grad():
-            for pi, pg in zip(personal.body.parameters(), glob.body.parameters()):
-                pi.mul_(mu).add_(pg, alpha=1 - mu)
-            if self.params.mix_buffers:
-                for bi, bg in zip(personal.body.buffers(), glob.body.buffers()):
-                    if torch.is_floating_point(bi):
-                        bi.mul_(mu).add_(bg, alpha=1 - mu)
-
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(client)  # {theta_i, phi_i}; the global extractor is never used for inference
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
         return self.model_weights(client)
 
-    # ---- the same local update over a cohort of clients (pfedkit/methods/plan.py): local_update is the reference ----
-    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
+    # ---- the local update, written once as a plan (pfedkit/methods/plan.py): one client at a time the engine runs it
+    # as a cohort of one; tests/test_fedafk.py's by_hand is the independent reference ----
+    def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         p, cfg = self.params, self.ctx.train
-        if p.mu_gradient == "apfl":  # reads the gradients the optimizers hold: written as code only
-            return None
         glob = self.model_weights(payload, self.random_head())
         values = {"mu": torch.tensor(float(client["mu"]), dtype=torch.float64)}  # a Python float there
         if p.mu_steps == "epoch":  # the epoch's gradient sum and batch count, for one step at its end
@@ -269,7 +157,7 @@ class FedAFK(PartSharing):
         models = {"main": self.model_weights(client), "global": glob, "values": values}
         if p.teacher == "received":
             models["teacher"] = dict(glob)
-        if cfg.momentum:  # one optimizer per extractor for all epochs, as local_update's
+        if cfg.momentum:  # one optimizer per extractor for all epochs (Alg. 1: each extractor's SGD)
             models["momenta"] = {
                 f"{model}/{k}": torch.zeros_like(models[model][k])
                 for model in ("global", "main")
@@ -277,9 +165,9 @@ class FedAFK(PartSharing):
             }
         stages: list = []
         for epoch in range(cfg.local_epochs):
-            stages.append(Joint(self.cohort_step, purpose=f"train-{epoch}"))
+            stages.append(Joint(self.batch_step, purpose=f"train-{epoch}"))
             if p.adaptive_aggregation:
-                stages.append(Apply(self.cohort_mix))
+                stages.append(Apply(self.mix))
             stages.append(Phase(parts=("head",), epochs=1, purpose=f"head-{epoch}", head_features=True))
         return LocalPlan(models, stages, results=("main", "global", "values"))
 
@@ -292,8 +180,11 @@ class FedAFK(PartSharing):
     def body_parameters(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters() if name.startswith("body.")]
 
-    def cohort_step(self, view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Steps (a), (b) and (c) of local_update for every client of the view at once."""
+    def batch_step(self, view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One batch of every client of the view at once: (a) the global extractor under the fixed random head
+        (Eq. 4); (b) the personal extractor, CE with the personal head frozen plus the transfer term (Eq. 5, 8);
+        (c) mu by the gradient of that loss through the mixed extractor (Eq. 6, or APFL's approximation), kept in
+        [0, 1] with mu_clip, a step per batch or the batch's gradient kept for one step per epoch (mu_steps)."""
         p, cfg = self.params, self.ctx.train
         glob_t, own_t, teacher_t = self.working_model("global"), self.model, self.working_model("teacher")
         glob_t.train(), own_t.train(), teacher_t.eval()  # the teacher's forward moves no BatchNorm statistics
@@ -318,13 +209,14 @@ class FedAFK(PartSharing):
         def global_loss(trained: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(FunctionalNet(glob_t, {**trained, **fixed})(xb), yb)
 
-        step(g, batched_grads(global_loss, {k: g[k] for k in body}, rest(g), x, y), "global")
+        global_grads = batched_grads(global_loss, {k: g[k] for k in body}, rest(g), x, y)
+        step(g, global_grads, "global")
         # (b) the personal extractor, with the teacher's features
         teacher = None
         if p.kt_weight > 0:
             source = view["teacher"] if p.teacher == "received" else g
             with torch.no_grad():
-                teacher = vmap(lambda wc, xb: FunctionalNet(teacher_t, wc).body(xb))(source, x)
+                teacher = per_client(lambda wc, xb: FunctionalNet(teacher_t, wc).body(xb))(source, x)
         taught = teacher is not None
         teacher = teacher if taught else x.new_zeros(x.shape[0])  # vmap takes tensors only; unread when not taught
         mixes = p.personal_step == "mixture" and p.adaptive_aggregation
@@ -353,13 +245,15 @@ class FedAFK(PartSharing):
             )
 
         glob_head = {k: v for k, v in g.items() if k.startswith("head.")}
-        step(
-            w,
-            batched_grads(personal_loss, {k: w[k] for k in body}, rest(w), x, y, teacher, mu, glob_body, glob_head),
-            "main",
+        personal_grads = batched_grads(
+            personal_loss, {k: w[k] for k in body}, rest(w), x, y, teacher, mu, glob_body, glob_head
         )
+        step(w, personal_grads, "main")
         # (c) mu by the gradient through the mixed extractor, kept in [0, 1]
         if not p.adaptive_aggregation:
+            return
+        if p.mu_gradient == "apfl":  # PFLlib's APFL: <theta_i - theta_G, mu grad_i + (1 - mu) grad_G>, this batch's
+            self.mu_step(view, apfl_mu_grad(w, g, personal_grads, global_grads, body, mu))
             return
 
         def mu_loss(
@@ -385,28 +279,32 @@ class FedAFK(PartSharing):
 
         theta = {k: w[k].detach() for k in body}
         fixed = {k: v.clone() if k.startswith("body.") else v for k, v in rest(w).items()}  # BatchNorm: a copy
-        grad = batched_grads(mu_loss, {"mu": mu}, theta, fixed, x, y, teacher, glob_body, glob_head)["mu"]
-        with torch.no_grad():
-            if p.mu_steps == "batch":
-                self.cohort_next_mu(mu, grad)
-            else:
-                view["values"]["mu_grad_sum"].add_(grad)
-                view["values"]["mu_batches"].add_(1.0)
+        self.mu_step(view, batched_grads(mu_loss, {"mu": mu}, theta, fixed, x, y, teacher, glob_body, glob_head)["mu"])
 
-    def cohort_next_mu(self, mu: torch.Tensor, grad: torch.Tensor) -> None:
+    def mu_step(self, view: dict, grad: torch.Tensor) -> None:
+        """mu moves on this batch's gradient (mu_steps = "batch"), or the gradient is kept for the epoch's one step."""
+        values = view["values"]
+        with torch.no_grad():
+            if self.params.mu_steps == "batch":
+                self.next_mu(values["mu"], grad)
+            else:
+                values["mu_grad_sum"].add_(grad)
+                values["mu_batches"].add_(1.0)
+
+    def next_mu(self, mu: torch.Tensor, grad: torch.Tensor) -> None:
         """next_mu for every client at once, in place."""
         p = self.params
         moved = mu - self.ctx.train.lr * (grad + p.mu_decay * mu if p.mu_decay else grad)
         mu.copy_(torch.where(torch.isnan(moved), mu, moved.clamp(0.0, 1.0)) if p.mu_clip else moved)
 
-    def cohort_mix(self, stacks: dict) -> None:
+    def mix(self, stacks: dict) -> None:
         """theta_i <- mu * theta_i + (1 - mu) * theta_G for every client (Alg. 1 line 12); float buffers too if
         mix_buffers."""
         values = stacks["values"]
         mu = values["mu"]
         if self.params.mu_steps == "epoch":  # the epoch's one step, on the mean of its batch gradients
             stepped = mu.clone()
-            self.cohort_next_mu(stepped, values["mu_grad_sum"] / values["mu_batches"].clamp(min=1))
+            self.next_mu(stepped, values["mu_grad_sum"] / values["mu_batches"].clamp(min=1))
             mu.copy_(torch.where(values["mu_batches"] > 0, stepped, mu))
             values["mu_grad_sum"].zero_(), values["mu_batches"].zero_()
         buffers = [
@@ -418,6 +316,20 @@ class FedAFK(PartSharing):
             own, glob = stacks["main"][k], stacks["global"][k]
             m = mu.view(-1, *([1] * (own.dim() - 1))).to(own.dtype)
             own.mul_(m).add_(glob * (1 - m))
+
+
+def apfl_mu_grad(
+    own: dict, glob: dict, own_grads: dict, glob_grads: dict, body: list[str], mu: torch.Tensor
+) -> torch.Tensor:
+    """PFLlib's APFL approximation of mu's gradient for every client: the sum over the extractor's parameters of
+    (theta_i - theta_G) * (mu * grad_i + (1 - mu) * grad_G), with the weights after this batch's steps and this
+    batch's gradients (docs/methods.md 1.3-c)."""
+    total = torch.zeros_like(mu)
+    for k in body:
+        m = mu.view(-1, *([1] * (own[k].dim() - 1))).to(own[k].dtype)
+        term = (own[k] - glob[k]) * (m * own_grads[k] + (1 - m) * glob_grads[k])
+        total = total + term.flatten(1).sum(1).to(total.dtype)
+    return total
 
 
 # The paper's ablations (Table 5) as named presets of the same flags, so a comparison can list them as rows.

@@ -46,6 +46,8 @@ class FedALAParams(HyperParams):
 @register
 class FedALA(PartSharing):
     name = "fedala"
+    training = "code"
+    evaluation = "model"
     summary = (
         "global lower layers; higher layers mixed element-wise with learned per-client weights; then local training"
     )

@@ -25,6 +25,7 @@ class FineTuneParams(HyperParams):
 @register
 class FedAvgFT(FedAvg):
     name = "fedavg-ft"
+    evaluation = "model"  # fine-tuned before evaluation
     summary = "FedAvg, with the global model fine-tuned on each client's training data before evaluation"
     Params = FineTuneParams
 

@@ -23,6 +23,7 @@ class FedBABUParams(HyperParams):
 @register
 class FedBABU(PartSharing):
     name = "fedbabu"
+    evaluation = "model"  # the head fine-tuned before evaluation
     summary = "body trained under a frozen random head (same on all clients), fine-tuned for evaluation"
     Params = FedBABUParams
     shared = ("body",)

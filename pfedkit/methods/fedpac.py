@@ -138,6 +138,8 @@ def combine_heads(heads: list[State], weights: torch.Tensor) -> State:
 @register
 class FedPAC(Method):
     name = "fedpac"
+    training = "plan"
+    evaluation = "weights"
     summary = "global body with feature alignment to class centroids; per-client head combined by a QP"
     Params = FedPACParams
     server_only = (HEAD_KEY.split("{")[0],)  # each client's combined head: sent to that client only, as its head

@@ -66,6 +66,8 @@ def mmd(source: torch.Tensor, target: torch.Tensor, kernels: int = 5, kernel_mul
 @register
 class FedPHP(PartSharing):
     name = "fedphp"
+    training = "code"
+    evaluation = "model"
     summary = (
         "FedAvg trained with MMD transfer from each client's inherited private model (HPM), "
         "a moving average of its local models"

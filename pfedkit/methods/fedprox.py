@@ -40,6 +40,7 @@ class FedProxFTParams(FedProxParams):
 @register
 class FedProxFT(FedProx):
     name = "fedprox-ft"
+    evaluation = "model"  # fine-tuned before evaluation
     summary = "FedProx, with the global model fine-tuned on each client's training data before evaluation"
     Params = FedProxFTParams
     personalized_model = FedAvgFT.personalized_model

@@ -38,6 +38,8 @@ def personal_state(head: nn.Module) -> State:
 @register
 class FedRoD(PartSharing):
     name = "fedrod"
+    training = "code"
+    evaluation = "model"
     summary = "shared body and generic head (balanced softmax); personal head on detached features; logits summed"
     shared = ("body", "head")
 

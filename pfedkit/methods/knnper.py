@@ -77,6 +77,7 @@ class KNNInterpolated(nn.Module):
 @register
 class KNNPer(PartSharing):
     name = "knn-per"
+    evaluation = "model"  # a kNN memory interpolated with the model
     summary = "global model by FedAvg; prediction interpolated with a kNN over the client's own training features"
     Params = KNNPerParams
     shared = ("body", "head")

@@ -39,6 +39,8 @@ def gradients(model: SplitModel, x: torch.Tensor, y: torch.Tensor) -> list[torch
 @register
 class PerFedAvg(PartSharing):
     name = "per-fedavg"
+    training = "code"
+    evaluation = "model"
     summary = "FedAvg on the MAML objective (FO or HF); evaluated after one local adaptation step"
     Params = PerFedAvgParams
     shared = ("body", "head")

@@ -32,6 +32,8 @@ class PFedMeParams(HyperParams):
 @register
 class PFedMe(PartSharing):
     name = "pfedme"
+    training = "code"
+    evaluation = "model"
     summary = "personal model solves a Moreau-envelope inner problem around the local copy of the global model"
     Params = PFedMeParams
     shared = ("body", "head")

@@ -182,6 +182,8 @@ def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -
 @register
 class PGFedSplit(Method):
     name = "pgfedsplit"
+    training = "plan"
+    evaluation = "model"  # a delivered head mixed in first
     summary = (
         "body averaged each round, heads every tau rounds (adaptive), gap-aware head mixing, "
         "Gaussian-augmented head training"

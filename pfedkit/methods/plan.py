@@ -17,9 +17,8 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call, vmap
 
-from pfedkit.models.base import PARTS, SplitModel
+from pfedkit.models.base import PARTS, SplitModel, deterministic_body, uses_batchnorm
 from pfedkit.records import State
 
 
@@ -84,6 +83,27 @@ class Phase:
         if self.head_features and self.loss is not cross_entropy:
             raise ValueError("head_features is for a phase that trains the head on cross-entropy")
 
+    def settings(self, train: Any, model: SplitModel, images: bool) -> "PhaseSettings":
+        """This phase's settings with the run's defaults (`train`: train.*) filled in, for `model` (the model the
+        phase trains) on image data or not: decided here once, for one client at a time and for a cohort alike."""
+        augment = train.augment == "crop-flip" and images
+        if self.head_inputs is not None:
+            alone = "inputs"
+        elif self.head_features and deterministic_body(model) and not augment:
+            alone = "features"  # a deterministic body on plain inputs: its features computed once, as fit_head does
+        else:
+            alone = ""
+        trained = model.head if alone else model
+        return PhaseSettings(
+            lr=train.lr if self.lr is None else self.lr,
+            momentum=train.momentum if self.momentum is None else self.momentum,
+            weight_decay=train.weight_decay if self.weight_decay is None else self.weight_decay,
+            epochs=train.local_epochs if self.epochs is None else self.epochs,
+            augment=augment and not alone,
+            head_alone=alone,
+            drop_single=uses_batchnorm(trained),
+        )
+
     def shape(self) -> tuple[Any, ...]:
         """What must match for clients to share a cohort phase (everything but the per-client tensors)."""
         return (
@@ -102,6 +122,21 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class PhaseSettings:
+    """A phase as it runs: its SGD settings and epochs, whether its image batches are augmented (crop-flip), whether
+    the head trains alone on features computed once ("features") or on given inputs ("inputs"), and whether a batch of
+    one is left out (BatchNorm in what trains)."""
+
+    lr: float
+    momentum: float
+    weight_decay: float
+    epochs: int
+    augment: bool
+    head_alone: str
+    drop_single: bool
+
+
+@dataclass(frozen=True)
 class Joint:
     """Several models stepped together on every batch by a step the method writes over stacked tensors (FedAFK's
     global, personal and mixing-weight steps on each batch). `step(view, x, y)`: `view[model][key]` holds the
@@ -111,7 +146,7 @@ class Joint:
     step: Callable[[dict, torch.Tensor, torch.Tensor], None]
     epochs: int = 1
     purpose: str = "train"
-    drop_single: bool = False
+    drop_single: bool = False  # leave out a batch of one (BatchNorm cannot train on it), as fit does
 
     def shape(self) -> tuple[Any, ...]:
         return ("joint", self.step, self.epochs, self.purpose, self.drop_single)
@@ -138,62 +173,3 @@ class LocalPlan:
         if self.results:
             return self.results
         return tuple(dict.fromkeys(p.model for p in self.phases if isinstance(p, Phase)))
-
-
-class FunctionalNet:
-    """A SplitModel's forward with given weights (per client, under vmap): what a phase's loss calls as `net`."""
-
-    def __init__(self, model: SplitModel, weights: Mapping[str, torch.Tensor]):
-        self.model, self.weights = model, weights
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model, dict(self.weights), (x,))
-
-    def body(self, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model.body, self.part("body"), (x,))
-
-    def head(self, features: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model.head, self.part("head"), (features,))
-
-    def part(self, name: str) -> dict[str, torch.Tensor]:
-        cut = len(name) + 1
-        return {k[cut:]: v for k, v in self.weights.items() if k.startswith(name + ".")}
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
-
-
-def batched_grads(
-    loss: Callable[..., torch.Tensor], trained: Mapping[str, torch.Tensor], *inputs: Any
-) -> dict[str, Optional[torch.Tensor]]:
-    """Every client's gradient of its own loss, `loss(trained_c, *inputs_c)`, over a leading client dimension: the
-    clients' losses are independent, so the gradient of their sum is each client's own. None where unused."""
-    leaves = {k: v.detach().requires_grad_(True) for k, v in trained.items()}
-    losses = vmap(loss)(leaves, *inputs)
-    grads = torch.autograd.grad(losses.sum(), list(leaves.values()), allow_unused=True)
-    return dict(zip(leaves, grads))
-
-
-def sgd_step(
-    params: list[torch.Tensor],
-    grads: list[Optional[torch.Tensor]],
-    momenta: Optional[list[torch.Tensor]],
-    lr: float,
-    momentum: float,
-    weight_decay: float,
-) -> None:
-    """torch.optim.SGD's update (no dampening, no Nesterov) in place; a tensor without a gradient is skipped, as
-    SGD skips a parameter whose grad is None. A momentum buffer starting at zero equals SGD's first-step copy."""
-    keep = [i for i, g in enumerate(grads) if g is not None]
-    if not keep:
-        return
-    p = [params[i] for i in keep]
-    d = [grads[i] for i in keep]
-    if weight_decay:
-        d = torch._foreach_add(d, p, alpha=weight_decay)
-    if momentum:
-        m = [momenta[i] for i in keep]
-        torch._foreach_mul_(m, momentum)
-        torch._foreach_add_(m, d)
-        d = m
-    torch._foreach_add_(p, d, alpha=-lr)

@@ -13,8 +13,13 @@ from pfedkit.records import ClientData, State
 
 
 class PartSharing(Method):
-    """The server holds the `shared` parts (sample-weighted average); each client keeps the others."""
+    """The server holds the `shared` parts (sample-weighted average); each client keeps the others. Its training is a
+    plan of `local_phases` (one phase of every part by default); a subclass that writes training as code declares
+    `training = "code"` and overrides `train_locally` (or `local_update`). Its evaluation loads the payload and the
+    client state; one that evaluates otherwise declares `evaluation = "model"` and overrides `personalized_model`."""
 
+    training = "plan"
+    evaluation = "weights"
     shared: ClassVar[tuple[str, ...]] = PARTS
     sent: ClassVar[tuple[str, ...]] = ()  # server-state keys broadcast beside the shared parts (a prefix ends in ".")
 
@@ -33,14 +38,15 @@ class PartSharing(Method):
         return {**select(server, self.shared), **{k: v for k, v in server.items() if named_by(k, self.sent)}}
 
     def local_update(self, payload: State, client: State, data: ClientData, round: int) -> tuple[State, State]:
-        if self.batched()[0]:  # stated as a plan: Method.local_update runs it
+        """With training = "code": train_locally on the model loaded from the payload and the client state."""
+        if self.training == "plan":
             return super().local_update(payload, client, data, round)
         model = self.load(payload, client)
         self.train_locally(model, payload, data, round)
         return self.plan_result({"main": self.state_of(model)}, LocalPlan({}, []), data, round)
 
     def train_locally(self, model: SplitModel, payload: State, data: ClientData, round: int) -> None:
-        """Training a subclass writes as code (not batchable); a batchable one states `local_phases` instead."""
+        """Training a subclass writes as code (training = "code"); by default every part, one fit."""
         self.fit(model, data, round)
 
     def local_phases(self, payload: State, client: State, data: ClientData, round: int) -> list[Phase]:
@@ -48,22 +54,23 @@ class PartSharing(Method):
         return [Phase()]
 
     @classmethod
-    def trains_in_code(cls) -> bool:
-        """A subclass that writes its training as code (its own local_update or train_locally) states no plan."""
-        return cls.local_update is not PartSharing.local_update or cls.train_locally is not PartSharing.train_locally
-
-    @classmethod
-    def batched(cls) -> tuple[bool, bool]:
-        training = cls.local_plan is not PartSharing.local_plan or not cls.trains_in_code()
-        evaluation = (
-            cls.evaluation_weights is not PartSharing.evaluation_weights
-            or cls.personalized_model is PartSharing.personalized_model
-        )
-        return training, evaluation
+    def declaration_problems(cls) -> list[str]:
+        problems = super().declaration_problems()
+        if cls.training == "plan" and cls.train_locally is not PartSharing.train_locally:
+            problems.append(
+                "training = 'plan' but train_locally written: declare training = 'code' or state local_phases"
+            )
+        if cls.training == "plan" and cls.local_update is not PartSharing.local_update:
+            problems.append("training = 'plan' but local_update written: declare training = 'code' or drop it")
+        if cls.evaluation == "weights" and cls.personalized_model is not PartSharing.personalized_model:
+            if cls.evaluation_weights is PartSharing.evaluation_weights:
+                problems.append(
+                    "evaluation = 'weights' but personalized_model written: declare evaluation = 'model' or write "
+                    "evaluation_weights to match"
+                )
+        return problems
 
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
-        if self.trains_in_code():
-            return None
         return LocalPlan({"main": self.model_weights(payload, client)}, self.local_phases(payload, client, data, round))
 
     def plan_result(
@@ -73,8 +80,6 @@ class PartSharing(Method):
         return {**select(weights, self.shared), "num_samples": data.num_train}, select(weights, self.personal)
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> Optional[State]:
-        if type(self).personalized_model is not PartSharing.personalized_model:  # evaluation written as code
-            return None
         return self.model_weights(payload, client)
 
     def aggregate(self, server: State, replies: Mapping[int, State], round: int) -> State:

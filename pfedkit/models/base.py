@@ -36,3 +36,13 @@ class SplitModel(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
+
+
+def uses_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def deterministic_body(model: SplitModel) -> bool:
+    """No BatchNorm or dropout: the body's output does not depend on the batch or on the train/eval mode."""
+    stochastic = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+    return not any(isinstance(m, stochastic) for m in model.body.modules())
