@@ -27,3 +27,40 @@ def test_the_tree_is_formatted_and_lint_free():
             [sys.executable, "-m", "ruff", *args, "."], cwd=REPO, capture_output=True, text=True, timeout=300
         )
         assert result.returncode == 0, f"ruff {' '.join(args)}:\n{result.stdout[-3000:]}{result.stderr[-1000:]}"
+
+
+def test_no_module_of_pfedkit_imports_itself_back():
+    """No import circle among pfedkit's modules, imports inside functions included (grimp reads every import)."""
+    import grimp
+
+    graph = grimp.build_graph("pfedkit")
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph.find_modules_directly_imported_by(module):
+            if not other.startswith("pfedkit"):
+                continue
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    assert not circles, f"import circles: {circles}"

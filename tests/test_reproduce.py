@@ -15,7 +15,8 @@ from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
 from pfedkit.experiments import reproduce
 from pfedkit.experiments.pipeline import config_changes, method_config
-from pfedkit.experiments.reproduce import Column, Scale, Suite, cell_config, run_suite
+from pfedkit.experiments.reproduce import cell_config, run_suite
+from pfedkit.experiments.suite import Column, Scale, Suite
 from pfedkit.experiments.suites import SUITES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -77,6 +77,14 @@ class RoundReplies:
         self.count, self.bytes = 0, 0
         self.nonfinite: dict[int, State] = {}
 
+    @classmethod
+    def holding(cls, replies: Mapping[int, State], folder: Path) -> "RoundReplies":
+        """Replies that all arrived before aggregation (a Flower round's), held in memory, taken in client order."""
+        taken = cls(None, folder, budget=2**62)
+        for cid in sorted(replies):
+            taken.add(cid, replies[cid])
+        return taken
+
     def add(self, cid: int, reply: State) -> None:
         self.count += 1
         self.bytes += message_bytes(reply)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional
 
 from tqdm import tqdm
 
@@ -91,6 +92,37 @@ def make_method(config: Config, fed: FederatedDataset) -> Method:
     return build_method(config, fed.input_shape, fed.num_classes, fed.server)
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is carried out, not what it computes, one record for every engine and entry point: `resume` from the
+    checkpoint in the run folder; `progress` bars; `observers` that see each round's metrics row once it is written
+    (tracking, a tuner's pruning); `force`: write beside files pfedkit did not write; `fed`: the data, already built
+    (runs sharing them); `together`: the run's place in a group of runs trained as one cohort (engine/together.py)."""
+
+    resume: bool = False
+    progress: bool = True
+    observers: tuple[RoundObserver, ...] = ()
+    force: bool = False
+    fed: Optional[FederatedDataset] = None
+    together: Optional[Member] = None
+
+    def with_(self, **changes: Any) -> "RunOptions":
+        if "observers" in changes:
+            changes["observers"] = tuple(changes["observers"])
+        return replace(self, **changes)
+
+
+@dataclass
+class TrainedRound:
+    """What a round's local updates give the server: the replies as they arrived, each trained client's evaluation
+    right after its update (eval.point after-local; by client), and the numbers the method logs (`client_logged`) of
+    the trained clients' new states (none where the clients keep their states elsewhere, as Flower nodes do)."""
+
+    replies: RoundReplies
+    after: dict[int, tuple[int, float, int]]
+    logged: list[State]
+
+
 class RoundLoop:
     """A run seen from the server: rounds, sampling, payloads, aggregation, metrics, checkpoints, results.
 
@@ -103,22 +135,15 @@ class RoundLoop:
     method: Method
     num_clients: int
 
-    def __init__(
-        self,
-        config: Config,
-        out: str | Path,
-        *,
-        resume: bool = False,
-        progress: bool = True,
-        observers: Sequence[RoundObserver] = (),
-        force: bool = False,
-    ):
-        self.config, self.out, self.progress = with_absolute_root(config), Path(out), progress
-        self.observers, self.force = list(observers), force
+    def __init__(self, config: Config, out: str | Path, options: RunOptions):
+        self.config, self.out, self.options = with_absolute_root(config), Path(out), options
+        self.progress, self.observers = options.progress, list(options.observers)
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder
         try:
             remove_stale_temporaries(self.out)  # of a write a kill cut off; under the lock, nothing else writes here
-            prepare_run_folder(self.out, self.config, resume=resume, force=self.force, can_continue=self.can_continue)
+            prepare_run_folder(
+                self.out, self.config, resume=options.resume, force=options.force, can_continue=self.can_continue
+            )
         except BaseException:
             self.lock.release()
             raise
@@ -160,10 +185,9 @@ class RoundLoop:
     def evaluate_clients(self, round: int, payloads: dict[int, State]) -> dict[int, tuple[int, float, int]]:
         raise NotImplementedError
 
-    def train_clients(
-        self, round: int, payloads: dict[int, State], evaluate_after: bool = False
-    ) -> tuple[dict[int, State], dict[int, tuple[int, float, int]]]:
-        """The replies, and with `evaluate_after` each trained client's evaluation right after its update."""
+    def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False) -> TrainedRound:
+        """The round's local updates: the replies, with `evaluate_after` each trained client's evaluation right after
+        its update, and the numbers the method logs of the new client states."""
         raise NotImplementedError
 
     def session(self) -> contextlib.AbstractContextManager:
@@ -241,25 +265,17 @@ class RoundLoop:
         self.after_local.update(per_client)  # clients not trained this round keep their last value
         return {key + AFTER: value for key, value in summarize_round(self.after_local).items()}
 
-    def apply_replies(
-        self, round: int, payloads: dict[int, State], replies: dict[int, State] | RoundReplies
-    ) -> dict[str, Any]:
-        """Aggregate the replies that arrived (all finite, else the run stops): a dict of them, or those a
-        RoundReplies took as they came; bytes down count every payload sent."""
-        if isinstance(replies, RoundReplies):
-            self.diverged(round, "replies", replies.nonfinite)
-            server = replies.aggregate(self.method, self.server, round)
-            count, bytes_up = replies.count, replies.bytes
-        else:
-            self.diverged(round, "replies", replies)
-            server = self.method.aggregate(self.server, replies, round)
-            count, bytes_up = len(replies), sum(message_bytes(r) for r in replies.values())
+    def apply_replies(self, round: int, payloads: dict[int, State], replies: RoundReplies) -> dict[str, Any]:
+        """Aggregate the replies that arrived (all finite, else the run stops), as the RoundReplies took them; bytes
+        down count every payload sent."""
+        self.diverged(round, "replies", replies.nonfinite)
+        server = replies.aggregate(self.method, self.server, round)
         self.diverged(round, "aggregated server state", {-1: server})
         self.server = server
         return {
             "bytes_down": sum(message_bytes(p) for p in payloads.values()),
-            "bytes_up": bytes_up,
-            "clients_trained": count,
+            "bytes_up": replies.bytes,
+            "clients_trained": replies.count,
             **{key: float(self.server[key]) for key in self.method.logged},
         }
 
@@ -276,11 +292,6 @@ class RoundLoop:
     def client_columns(self) -> tuple[str, ...]:
         return CLIENT_COLUMNS + (("point",) if self.measures_after else ())
 
-    def trained_client_summary(self) -> dict[str, Any]:
-        """The method's client_logged numbers over this round's trained clients (empty where clients keep their
-        states elsewhere, as Flower nodes do)."""
-        return {}
-
     def play_round(self, round: int, evaluate: bool, train: bool) -> dict[str, Any]:
         """One round, in order. Flower's server plays the same steps over the network (flower/server_app.py)."""
         row: dict[str, Any] = {}
@@ -296,12 +307,12 @@ class RoundLoop:
             payloads = self.payloads(round, self.sample(round))
             # 4. local updates: one client at a time, or the round's clients as one batched computation (run.cohort);
             #    with eval.point after-local or both, each trained client is measured right after its update
-            replies, after = self.train_clients(round, payloads, self.evaluates_after(round))
-            if after:
-                row.update(self.record_evaluation(round, after, point="after-local"))
+            trained = self.train_clients(round, payloads, self.evaluates_after(round))
+            if trained.after:
+                row.update(self.record_evaluation(round, trained.after, point="after-local"))
             # 5. aggregation of the replies (each checked finite first), bytes counted, the method's numbers logged
-            row.update(self.apply_replies(round, payloads, replies))
-            row.update(self.trained_client_summary())
+            row.update(self.apply_replies(round, payloads, trained.replies))
+            row.update(summarize_clients(self.method, trained.logged))
             row["train_s"] = time.perf_counter() - start
         return row  # 6. the caller (_run) writes metrics.csv and checkpoints
 
@@ -429,24 +440,15 @@ class RoundLoop:
 
 class Simulation(RoundLoop):
     """One run of one method with every client in this process (or its worker pool); `run()` goes from the
-    last checkpoint (or round 0) to the end."""
+    last checkpoint (or round 0) to the end. Options (RunOptions) as a record, or as its fields by keyword."""
 
-    def __init__(
-        self,
-        config: Config,
-        out: str | Path,
-        *,
-        resume: bool = False,
-        progress: bool = True,
-        fed: Optional[FederatedDataset] = None,
-        observers: Sequence[RoundObserver] = (),
-        force: bool = False,
-        together: Optional[Member] = None,
-    ):
+    def __init__(self, config: Config, out: str | Path, options: Optional[RunOptions] = None, **fields: Any):
+        options = (options or RunOptions()).with_(**fields)
+        together = options.together
         self.device = driver_device(config.run)
-        super().__init__(config, out, resume=resume, progress=progress, observers=observers, force=force)
+        super().__init__(config, out, options)
         try:
-            fed = fed or build_federated(self.config)
+            fed = options.fed or build_federated(self.config)
             verify_data(self.config, fed.checksum)
             self.fed = fed.to(self.device)
             self.num_clients = self.fed.num_clients
@@ -471,7 +473,7 @@ class Simulation(RoundLoop):
                 together.leave()
             self.paths: Counter = Counter()  # clients trained one at a time on the executor, by reason
             with self.device_scope():
-                self.start(resume)
+                self.start(options.resume)
         except BaseException:
             self.lock.release()
             raise
@@ -558,9 +560,7 @@ class Simulation(RoundLoop):
             fold = self.method.reply_fold(self.server, round, {task.cid: task.cost for task in tasks})
         return RoundReplies(fold, self.out / "replies", budget)
 
-    def train_clients(
-        self, round: int, payloads: dict[int, State], evaluate_after: bool = False
-    ) -> tuple[RoundReplies, dict[int, tuple[int, float, int]]]:
+    def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False) -> TrainedRound:
         sizes = self.fed.train_sizes()
         tasks = [
             Task("train", cid, round, payload, partial(self.client_state, cid, round), int(sizes[cid]), evaluate_after)
@@ -590,11 +590,7 @@ class Simulation(RoundLoop):
                 new_states[cid] = client
         self.diverged(round, "client states", nonfinite)
         self.clients.update(new_states)
-        self.round_states = logged
-        return replies, after
-
-    def trained_client_summary(self) -> dict[str, Any]:
-        return summarize_clients(self.method, self.round_states)
+        return TrainedRound(replies, after, logged)
 
     def one_at_a_time_reason(self) -> str:
         """Why this run's clients train one at a time (for summary.json and the run log)."""
@@ -627,21 +623,7 @@ class Simulation(RoundLoop):
         return {**origin, "data_checksum": self.config.data.checksum, "training": self.training_paths()}
 
 
-def simulate(
-    config: Config,
-    out: str | Path,
-    *,
-    resume: bool = False,
-    progress: bool = True,
-    fed: Optional[FederatedDataset] = None,
-    observers: Sequence[RoundObserver] = (),
-    force: bool = False,
-    together: Optional[Member] = None,
-) -> dict[str, Any]:
+def simulate(config: Config, out: str | Path, options: Optional[RunOptions] = None, **fields: Any) -> dict[str, Any]:
     """One run to its end (from its checkpoint with `resume`); its summary. `pfedkit.experiments.run_experiment` adds
-    the run's plot. Each observer is called with every round's metrics row once it is written (tracking, pruning).
-    `together`: its place in a group of runs that train as one cohort (engine/together.py)."""
-    sim = Simulation(
-        config, out, resume=resume, progress=progress, fed=fed, observers=observers, force=force, together=together
-    )
-    return sim.run()
+    the run's plot and trackers. Options (RunOptions) as a record, or as its fields by keyword."""
+    return Simulation(config, out, options, **fields).run()

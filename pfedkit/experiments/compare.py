@@ -9,7 +9,8 @@ from typing import Any, Callable, Optional
 from pfedkit.config import EvalSection, apply_overrides, tomllib
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.pipeline import run_folder
-from pfedkit.experiments.reproduce import Column, Scale, Suite, run_cells
+from pfedkit.experiments.reproduce import run_cells
+from pfedkit.experiments.suite import Column, Scale, Suite
 from pfedkit.io import atomic_write_csv, atomic_write_text
 from pfedkit.reports.plots import save_curves
 from pfedkit.reports.tables import mean_curve, mean_std

@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 
 from pfedkit.config import Config
 from pfedkit.data.federated import FederatedDataset
-from pfedkit.engine.simulation import RoundObserver, simulate
+from pfedkit.engine.simulation import RoundObserver, RunOptions, simulate
 from pfedkit.engine.together import Member
 from pfedkit.io import read_csv
 from pfedkit.reports.plots import point_curves, save_curves
@@ -29,18 +29,10 @@ def run_experiment(
     every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too. `force`: write into
     an --out that holds files pfedkit did not write. `together`: its place in a group of runs trained as one cohort."""
     trackers = Trackers(config, Path(out))
+    options = RunOptions(resume, progress, (trackers, *observers), force, fed, together)
     summary, curves = None, None
     try:
-        summary = simulate(
-            config,
-            out,
-            resume=resume,
-            progress=progress,
-            fed=fed,
-            observers=[trackers, *observers],
-            force=force,
-            together=together,
-        )
+        summary = simulate(config, out, options)
         curves = draw_run_curves(Path(out), config)
     finally:
         trackers.close(summary, curves)

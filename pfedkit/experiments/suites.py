@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
-from pfedkit.experiments.reproduce import Column, Scale, Suite
+from pfedkit.experiments.suite import Column, Scale, Suite
 
 PAPERS = Path(__file__).with_name("papers")
 SUITE_KEYS = {

@@ -18,7 +18,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 import pfedkit
-from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop, RoundObserver
+from pfedkit.engine.replies import RoundReplies
+from pfedkit.engine.simulation import METRIC_COLUMNS, RoundLoop, RoundObserver, RunOptions
 from pfedkit.errors import PfedkitError
 from pfedkit.flower.records import from_records, to_records
 from pfedkit.flower.settings import CONTROL, EVAL, EVAL_AFTER, RunSettings
@@ -37,7 +38,11 @@ class FlowerRun(RoundLoop):
     columns = METRIC_COLUMNS + ("answered", "missing")
 
     def __init__(self, grid: Grid, settings: RunSettings, observers: Sequence[RoundObserver] = ()):
-        super().__init__(settings.config, settings.out, resume=settings.resume, progress=False, observers=observers)
+        super().__init__(
+            settings.config,
+            settings.out,
+            RunOptions(resume=settings.resume, progress=False, observers=tuple(observers)),
+        )
         try:
             self.grid, self.settings = grid, settings
             self.num_clients = settings.config.partition.clients
@@ -230,7 +235,7 @@ class FlowerRun(RoundLoop):
         if train:
             sent = {cid: payloads[cid] for cid in sorted(train_ids) if cid in self.nodes}  # as the simulation counts
             if len(trained) >= self.settings.min_replies:
-                row.update(self.apply_replies(round, sent, trained))
+                row.update(self.apply_replies(round, sent, RoundReplies.holding(trained, self.out / "replies")))
             else:
                 log(
                     WARNING,
