@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from pfedkit.engine import local_update
 from pfedkit.methods import METHODS
 from pfedkit.models import build_model
 from pfedkit.records import ClientData, MethodContext, TrainSettings
@@ -37,11 +38,11 @@ def local_update_seconds(name: str, params: dict, data: ClientData, ctx: MethodC
     cls = METHODS[name]
     method = cls(cls.validate_params(params), ctx)
     client, payload = method.init_client(0, data), method.broadcast(method.init_server(), 0, 0)
-    method.local_update(payload, client, data, 0)  # warm-up
+    local_update(method, payload, client, data, 0)  # warm-up
     times = []
     for r in range(repeats):
         start = time.perf_counter()
-        method.local_update(payload, client, data, r + 1)
+        local_update(method, payload, client, data, r + 1)
         times.append(time.perf_counter() - start)
     return min(times)
 
