@@ -16,21 +16,25 @@ def run(
     progress: bool = True,
     data_root: Optional[str] = None,
     force: bool = False,
+    accept_code_change: bool = False,
     **sections: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Run one experiment, as `pfedkit run`, in this process; its summary (summary.json) is returned.
 
-    `config`: a TOML file or a dict of sections; `sections` override them section by section
-    (`train={"rounds": 5}`), as `--set train.rounds=5` does; `data_root` as `--data-root`."""
-    from pfedkit.config import merge, read_toml
+    `config`: a TOML file (a method.module .py path in it is relative to the file) or a dict of sections; `sections`
+    override them section by section (`train={"rounds": 5}`), as `--set train.rounds=5` does; `data_root` as
+    `--data-root`; `accept_code_change` as `--accept-code-change`."""
+    from pfedkit.config import merge
     from pfedkit.experiments import run_experiment
-    from pfedkit.registry import build_config
+    from pfedkit.registry import build_config, read_config_file
 
-    raw = read_toml(config) if isinstance(config, (str, Path)) else dict(config)
+    raw = read_config_file(config) if isinstance(config, (str, Path)) else dict(config)
     raw = merge(raw, {name: dict(values) for name, values in sections.items()})
     if data_root is not None:
         raw = merge(raw, {"data": {"root": str(data_root)}})
-    return run_experiment(build_config(raw), out, resume=resume, progress=progress, force=force)
+    return run_experiment(
+        build_config(raw), out, resume=resume, progress=progress, force=force, accept_code_change=accept_code_change
+    )
 
 
 @dataclass

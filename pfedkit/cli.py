@@ -82,6 +82,11 @@ def main() -> None:
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.option("--force", is_flag=True, help="write a new run into an --out that holds files pfedkit did not write")
+@click.option(
+    "--accept-code-change",
+    is_flag=True,
+    help="with --resume: continue although the method's code changed since the run began (recorded in the run folder)",
+)
 def run(
     config: Optional[str],
     out: str,
@@ -90,6 +95,7 @@ def run(
     root: Optional[str],
     quiet: bool,
     force: bool,
+    accept_code_change: bool,
 ) -> None:
     """Run one experiment described by CONFIG (a TOML file)."""
     from pfedkit.experiments import run_experiment
@@ -111,7 +117,9 @@ def run(
             "replace yours; choose another --out (e.g. a subfolder)"
         )
     cfg = load_config(config, with_root(overrides, root))
-    summary = run_experiment(cfg, out, resume=resume, progress=not quiet, force=force)
+    summary = run_experiment(
+        cfg, out, resume=resume, progress=not quiet, force=force, accept_code_change=accept_code_change
+    )
     click.echo(
         f"{summary['method']}: best acc {summary['best_acc']:.4f} (round {summary['best_round']}), "
         f"last {summary['last_acc']:.4f} [{summary['protocol']} protocol, "
@@ -541,11 +549,12 @@ def tune(
     quiet: bool,
 ) -> None:
     """Search a method's hyper-parameters on a validation split (Optuna), then re-run the best on the test split."""
-    from pfedkit.config import apply_overrides, read_toml
+    from pfedkit.config import apply_overrides
     from pfedkit.experiments.pipeline import method_config
+    from pfedkit.registry import read_config_file
     from pfedkit.tune import Tuner
 
-    raw = apply_overrides(read_toml(config), with_root(overrides, root))
+    raw = apply_overrides(read_config_file(config), with_root(overrides, root))  # method.module beside the file
     method = method or raw.get("method", {}).get("name")
     if not method:
         raise click.UsageError("name the method to tune: --method NAME, or method.name in the config")

@@ -6,7 +6,7 @@ import copy
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Callable, Literal, Mapping, Optional, Union
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -67,8 +67,12 @@ class MethodSection(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str = "fedavg"
     # a module that defines the method with @register, imported before the name is looked up: an importable name
-    # ("my_package.my_method") or a .py file (recorded as an absolute path); docs/writing-a-method.md
-    module: Optional[str] = None
+    # ("my_package.my_method") or a .py file (relative to the config file that names it; recorded as an absolute
+    # path), or a list of them (methods from several files); docs/writing-a-method.md
+    module: Optional[Union[str, list[str]]] = None
+    # what the method's code was when the run began: "pfedkit <version>" for a built-in, "sha256:<digest>" of its
+    # module's file for yours; recorded by each run, and a resume refuses another (registry.method_source)
+    source: Optional[str] = None
 
 
 class TrainSection(Section):
@@ -165,7 +169,7 @@ class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
 
     def method_params(self) -> dict[str, Any]:
-        return {k: v for k, v in self.method.model_dump().items() if k not in ("name", "module")}
+        return {k: v for k, v in self.method.model_dump().items() if k not in ("name", "module", "source")}
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")

@@ -63,3 +63,19 @@ class MethodContext:
     num_classes: int
     seed: int
     server: Optional[ServerData] = None  # None unless the config has a [proxy] section
+    setting: Optional["RunSetting"] = None  # the run a method is part of (None where a test builds a method alone)
+
+
+@dataclass(frozen=True)
+class RunSetting:
+    """What a method may know of the run it is part of: how many clients there are (partition.clients), how many
+    rounds it lasts (train.rounds) and the share of clients sampled each round (train.join_ratio)."""
+
+    clients: int
+    rounds: int
+    join_ratio: float
+
+    @property
+    def sampled(self) -> int:
+        """Clients trained per round, as the engine samples them (at least one)."""
+        return max(int(round(self.clients * self.join_ratio)), 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -26,7 +27,7 @@ from pfedkit.errors import ConfigError
 from pfedkit.methods import METHODS
 from pfedkit.methods.base import Method
 from pfedkit.models import MODEL_NAMES, build_model
-from pfedkit.records import MethodContext, ServerData, TrainSettings
+from pfedkit.records import MethodContext, RunSetting, ServerData, TrainSettings
 
 
 def method_names() -> list[str]:
@@ -36,11 +37,18 @@ def method_names() -> list[str]:
 ENTRY_POINTS = "pfedkit.methods"  # installed packages declare their methods' modules in this entry-point group
 
 
-def method_class(name: str, module: Optional[str] = None) -> type[Method]:
-    """The registered method `name`, after importing `module` (method.module) if given; a name still unknown is
-    looked up among the installed packages' `pfedkit.methods` entry points."""
-    if module:
-        import_method_module(module)
+def modules_of(module: "Optional[str | list[str]]") -> list[str]:
+    """method.module as a list: none, one, or several modules."""
+    if not module:
+        return []
+    return [module] if isinstance(module, str) else list(module)
+
+
+def method_class(name: str, module: "Optional[str | list[str]]" = None) -> type[Method]:
+    """The registered method `name`, after importing `module` (method.module: one or several) if given; a name still
+    unknown is looked up among the installed packages' `pfedkit.methods` entry points."""
+    for spec in modules_of(module):
+        import_method_module(spec)
     if name not in METHODS:
         from importlib.metadata import entry_points
 
@@ -48,37 +56,122 @@ def method_class(name: str, module: Optional[str] = None) -> type[Method]:
             if point.name == name:
                 point.load()
     if name not in METHODS:
+        given = modules_of(module)
+        hint = (
+            f"the module(s) {', '.join(map(repr, given))} that method.module names define no method {name!r} "
+            "(is it decorated with @register, under that name?)"
+            if given
+            else 'a method of your own: set `method.module` to the module that registers it ("my_package.my_method", '
+            f"or the path of its .py file), or install a package that declares it in the {ENTRY_POINTS!r} "
+            "entry-point group (docs/writing-a-method.md)"
+        )
         raise ConfigError(
-            f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}. A method of your "
-            'own: set `method.module` to the module that registers it ("my_package.my_method", or the path of its '
-            f".py file), or install a package that declares it in the {ENTRY_POINTS!r} entry-point group "
-            "(docs/writing-a-method.md)"
+            f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}; {hint}"
         )
     return METHODS[name]
 
 
+def file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def module_name_for(path: Path) -> str:
+    """The name a method file is imported under: its stem and a digest of its path, so that a file named like a
+    standard module (json.py), or two files of one name, never stand in for each other."""
+    import hashlib
+
+    tag = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"pfedkit_user_{stem}_{tag}"
+
+
 def import_method_module(spec: str) -> None:
-    """Import a user's method module: a dotted name on the Python path, or a .py file (its folder joins sys.path, so
-    worker processes started afresh import it by name too)."""
-    name = spec
-    if spec.endswith(".py"):
-        path = Path(spec).expanduser()
-        if not path.is_file():
+    """Import a user's method module: a dotted name on the Python path, or a .py file (imported under a name of its
+    own, module_name_for; again when the file has changed since; its folder joins sys.path for its own imports)."""
+    if not spec.endswith(".py"):
+        try:
+            importlib.import_module(spec)
+        except ImportError as err:
             raise ConfigError(
-                f"method.module = {spec!r}: there is no such file; give the path of the .py file that "
-                "registers the method, or an importable module name"
-            )
-        folder = str(path.resolve().parent)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        name = path.stem
-    try:
-        importlib.import_module(name)
-    except ImportError as err:
+                f"method.module = {spec!r} cannot be imported ({err}); put its folder on PYTHONPATH, install "
+                "its package, or give the path of its .py file"
+            ) from None
+        except Exception as err:
+            raise import_failure(spec, err) from None
+        return
+    path = Path(spec).expanduser().resolve()
+    if not path.is_file():
         raise ConfigError(
-            f"method.module = {spec!r} cannot be imported ({err}); put its folder on PYTHONPATH, install "
-            "its package, or give the path of its .py file"
-        ) from None
+            f"method.module = {spec!r}: there is no such file; give the path of the .py file that registers the "
+            "method (in a config file, relative to that file), or an importable module name"
+        )
+    name = module_name_for(path)
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__pfedkit_digest__", None) == file_digest(path):
+        return
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module.__pfedkit_digest__ = file_digest(path)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise import_failure(spec, err) from None
+
+
+def import_failure(spec: str, err: Exception) -> ConfigError:
+    """A method module that failed while it was imported, in a line that says where."""
+    import traceback
+
+    if isinstance(err, SyntaxError):
+        where = f"{err.filename}, line {err.lineno}"
+        return ConfigError(f"method.module = {spec!r} has a syntax error ({where}): {err.msg}; fix the file")
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "importlib" not in f.filename]
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    first = str(err).splitlines()[0] if str(err) else ""
+    return ConfigError(
+        f"method.module = {spec!r} raised {type(err).__name__} while it was imported{where}: {first}; fix the module "
+        "(PFEDKIT_DEBUG=1 shows the traceback)"
+    )
+
+
+def method_source(config: Config) -> str:
+    """What the method's code is: "pfedkit <version>" for a built-in, "sha256:<digest>" of the file that defines it
+    for a method of your own (method.module or an installed package's entry point)."""
+    import inspect
+
+    import pfedkit
+
+    cls = method_class(config.method.name, config.method.module)
+    if cls.__module__.split(".")[0] == "pfedkit":
+        return f"pfedkit {pfedkit.__version__}"
+    try:
+        return f"sha256:{file_digest(Path(inspect.getsourcefile(cls)))}"
+    except (TypeError, OSError):  # defined where no file holds it (a notebook cell): nothing to compare
+        return "unknown"
+
+
+def read_config_file(path: "str | Path") -> dict[str, Any]:
+    """A config file's sections, its method.module .py paths made relative to the file that names them."""
+    raw = read_toml(path)
+    section = raw.get("method")
+    if isinstance(section, dict) and section.get("module"):
+        base = Path(path).resolve().parent
+
+        def beside(spec: Any) -> Any:
+            if isinstance(spec, str) and spec.endswith(".py") and not Path(spec).expanduser().is_absolute():
+                return str(base / spec)
+            return spec
+
+        module = section["module"]
+        section["module"] = [beside(m) for m in module] if isinstance(module, list) else beside(module)
+    return raw
 
 
 def check_names(config: Config) -> None:
@@ -96,12 +189,15 @@ def check_names(config: Config) -> None:
 def build_config(raw: dict[str, Any]) -> Config:
     """Validate sections, then names against the registries, then the method's hyper-parameters."""
     config = parse_config(raw)
-    if config.method.module and config.method.module.endswith(".py"):  # the run names its file wherever it resumes
-        config.method.module = str(Path(config.method.module).expanduser().resolve())
+    if config.method.module:  # the run names its files absolutely, wherever it resumes
+        absolute = [
+            str(Path(m).expanduser().resolve()) if m.endswith(".py") else m for m in modules_of(config.method.module)
+        ]
+        config.method.module = absolute[0] if isinstance(config.method.module, str) else absolute
     if "name" not in config.model.model_fields_set and config.data.dataset == "digits":
         config.model.name = "smallcnn"  # the default fedavgcnn needs 16x16 inputs; the bundled digits are 8x8
     check_names(config)
-    method = method_class(config.method.name)
+    method = method_class(config.method.name, config.method.module)
     given = config.method_params()
     for key, value in method.Params.run_defaults(config.train).items():
         if key not in given:  # recorded in the resolved config, so the run states the value it used
@@ -111,24 +207,27 @@ def build_config(raw: dict[str, Any]) -> Config:
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    raw = read_toml(path) if path is not None else {}
-    module = raw.get("method", {}).get("module") if isinstance(raw.get("method"), dict) else None
-    if isinstance(module, str) and module.endswith(".py") and not Path(module).expanduser().is_absolute():
-        raw["method"]["module"] = str(Path(path).resolve().parent / module)  # a file named in a file: beside it
+    raw = read_config_file(path) if path is not None else {}
     return build_config(apply_overrides(raw, list(overrides)))
 
 
 def with_method_values(config: Config) -> Config:
-    """A copy whose [method] section states every hyper-parameter's value, defaults included."""
-    values = method_class(config.method.name).validate_params(config.method_params()).model_dump(mode="json")
+    """A copy whose [method] section states every hyper-parameter's value, defaults included (what a run records, so
+    that a default changed later cannot change a resumed run)."""
+    values = method_class(config.method.name, config.method.module).validate_params(config.method_params())
     copy = config.model_copy(deep=True)
-    copy.method = MethodSection(name=config.method.name, **values)
+    copy.method = MethodSection(
+        name=config.method.name,
+        module=config.method.module,
+        source=config.method.source,
+        **values.model_dump(mode="json"),
+    )
     return copy
 
 
 def inert_keys(config: Config) -> tuple[str, ...]:
     """The config's method hyper-parameters that its other values leave unused (HyperParams.inert), as dotted keys."""
-    params = method_class(config.method.name).validate_params(config.method_params())
+    params = method_class(config.method.name, config.method.module).validate_params(config.method_params())
     return tuple(f"method.{key}" for key in sorted(params.inert()))
 
 
@@ -136,8 +235,20 @@ def run_differences(old: Config, new: Config) -> list[str]:
     """What makes two configs different runs ("key: old -> new"): a hyper-parameter left at its default and one
     stated at that default are the same run, and so are two values of one the others leave unused. (Unused in
     one config and used in the other means a key it depends on differs, and that difference is reported.)"""
+    unknown = (
+        ("method.source",)
+        if "unknown" in (old.method.source, new.method.source)
+        or None
+        in (
+            old.method.source,
+            new.method.source,
+        )
+        else ()
+    )  # a run from before sources were recorded, or code no file holds: nothing to compare
     return config_differences(
-        with_method_values(old), with_method_values(new), ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new)
+        with_method_values(old),
+        with_method_values(new),
+        ignore=PLACEMENT_KEYS + inert_keys(old) + inert_keys(new) + unknown,
     )
 
 
@@ -149,7 +260,7 @@ def run_identity(config: Config) -> str:
 
     from pfedkit.config import flat
 
-    ignore = set(PLACEMENT_KEYS) | set(inert_keys(config)) | {"train.rounds"}
+    ignore = set(PLACEMENT_KEYS) | set(inert_keys(config)) | {"train.rounds", "method.source", "method.module"}
     values = {k: v for k, v in flat(with_method_values(config).to_dict()).items() if k not in ignore}
     values["data.checksum"] = config.data.checksum  # a placement key for resuming elsewhere, but the data's identity
     if not config.run.repeat:
@@ -198,4 +309,5 @@ def build_method(
         weight_decay=config.train.weight_decay,
         augment=config.train.augment,
     )
-    return cls(params, MethodContext(factory, train, num_classes, training_seed(config.run), server))
+    setting = RunSetting(config.partition.clients, config.train.rounds, config.train.join_ratio)
+    return cls(params, MethodContext(factory, train, num_classes, training_seed(config.run), server, setting))

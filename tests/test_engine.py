@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pfedkit.config import config_differences, dump_toml
+from pfedkit.config import dump_toml
 from pfedkit.engine.simulation import METRIC_COLUMNS, Simulation, sample_clients
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.experiments import run_experiment
 from pfedkit.io import read_csv
-from pfedkit.registry import build_config, load_config
+from pfedkit.registry import build_config, load_config, run_differences
 
 REPO = Path(__file__).resolve().parents[1]
 COMPARED = ("round", "acc", "acc_client_mean", "loss", "bytes_down", "bytes_up", "clients_trained")
@@ -54,7 +54,8 @@ def test_run_writes_every_output_and_learns(tmp_path):
     assert len(read_csv(tmp_path / "clients.csv")) == 7 * 6  # each client's accuracy every round
     # the saved config is runnable as it is; it records the data's absolute root and checksum
     saved = load_config(tmp_path / "config.toml")
-    assert config_differences(saved, synthetic(train={"rounds": 6})) == []
+    assert run_differences(saved, synthetic(train={"rounds": 6})) == []  # the same run: its values, its code
+    assert saved.method.source.startswith("pfedkit ")
     assert Path(saved.data.root).is_absolute() and saved.data.checksum.startswith("sha256:")
 
 

@@ -40,9 +40,9 @@ from pfedkit.engine.together import Member
 from pfedkit.engine.workers import Executor, Task, driver_device, make_executor
 from pfedkit.errors import PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json, remove_stale_temporaries
-from pfedkit.methods.base import Method
+from pfedkit.methods.base import Method, named_by
 from pfedkit.records import AFTER, State
-from pfedkit.registry import build_method, run_identity
+from pfedkit.registry import build_method, method_source, run_identity, with_method_values
 from pfedkit.seeding import numpy_generator
 
 METRIC_COLUMNS = (
@@ -75,6 +75,20 @@ def summarize_clients(method: Method, states: list[State]) -> dict[str, float]:
     return out
 
 
+def check_server_only(method: Method, states: list[State]) -> None:
+    """Every server_only entry names some key of the server state (before or after an aggregation): one that names
+    none (a prefix written without its dot) would keep nothing back, and the state would reach every client."""
+    keys = {key for state in states for key in state}
+    stray = [name for name in method.server_only if not any(named_by(key, [name]) for key in keys)]
+    if stray:
+        shown = ", ".join(sorted(keys)[:8]) + (", ..." if len(keys) > 8 else "")
+        raise PfedkitError(
+            f"method {method.name}: server_only entr{'ies' if len(stray) > 1 else 'y'} {', '.join(map(repr, stray))} "
+            f"name{'' if len(stray) > 1 else 's'} no key of its server state ({shown}); a prefix ends in '.' (e.g. "
+            f"{stray[0].rstrip('.') + '.'!r}), a key is named whole"
+        )
+
+
 def sample_clients(num_clients: int, join_ratio: float, seed: int, round_index: int) -> list[int]:
     count = max(int(round(num_clients * join_ratio)), 1)
     chosen = numpy_generator(seed, round_index, -1, "sample-clients").choice(num_clients, size=count, replace=False)
@@ -105,6 +119,7 @@ class RunOptions:
     force: bool = False
     fed: Optional[FederatedDataset] = None
     together: Optional[Member] = None
+    accept_code_change: bool = False  # resume even though the method's code changed (recorded in the run folder)
 
     def with_(self, **changes: Any) -> "RunOptions":
         if "observers" in changes:
@@ -136,13 +151,21 @@ class RoundLoop:
     num_clients: int
 
     def __init__(self, config: Config, out: str | Path, options: RunOptions):
-        self.config, self.out, self.options = with_absolute_root(config), Path(out), options
+        # the run records every hyper-parameter's value (a default changed later cannot change it) and its method's code
+        config = with_method_values(with_absolute_root(config))
+        config.method.source = config.method.source or method_source(config)
+        self.config, self.out, self.options = config, Path(out), options
         self.progress, self.observers = options.progress, list(options.observers)
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder
         try:
             remove_stale_temporaries(self.out)  # of a write a kill cut off; under the lock, nothing else writes here
             prepare_run_folder(
-                self.out, self.config, resume=options.resume, force=options.force, can_continue=self.can_continue
+                self.out,
+                self.config,
+                resume=options.resume,
+                force=options.force,
+                can_continue=self.can_continue,
+                accept_code_change=options.accept_code_change,
             )
         except BaseException:
             self.lock.release()
@@ -154,7 +177,7 @@ class RoundLoop:
         (self.out / DIVERGED).unlink(missing_ok=True)
         ckpt = load_checkpoint(self.out) if resume else None
         if ckpt is not None:
-            check_belongs(self.out, ckpt, self.config)
+            check_belongs(self.out, ckpt, self.config, accept_code_change=self.options.accept_code_change)
         if ckpt is None:
             self.server = self.method.init_server()
             self.rows: list[dict[str, Any]] = []
@@ -271,6 +294,7 @@ class RoundLoop:
         self.diverged(round, "replies", replies.nonfinite)
         server = replies.aggregate(self.method, self.server, round)
         self.diverged(round, "aggregated server state", {-1: server})
+        check_server_only(self.method, [self.server, server])
         self.server = server
         return {
             "bytes_down": sum(message_bytes(p) for p in payloads.values()),

@@ -15,7 +15,7 @@ import torch
 
 from pfedkit.config import CONFIG_HEADER, Config, dump_toml
 from pfedkit.errors import DataError, PfedkitError
-from pfedkit.io import STALE, atomic_write, atomic_write_json
+from pfedkit.io import STALE, atomic_write, atomic_write_json, read_json
 from pfedkit.registry import build_config, continues, read_saved_config, run_differences
 
 CHECKPOINT = "checkpoint.pt"
@@ -153,19 +153,23 @@ RUN_FILES = (
     "wandb-id.txt",
     "replies.csv",
     "flower",
+    "code_changes.json",
 )
 
 
-def prepare_run_folder(out: Path, config: Config, *, resume: bool, force: bool, can_continue: bool) -> None:
+def prepare_run_folder(
+    out: Path, config: Config, *, resume: bool, force: bool, can_continue: bool, accept_code_change: bool = False
+) -> None:
     """Refuse a folder this run must not write into: with `resume`, one made with another config (unless the run
-    carries a finished one on, `can_continue`) or other data; without, one holding a run or a user's own files.
+    carries a finished one on, `can_continue`), other method code (unless `accept_code_change`, recorded in
+    code_changes.json) or other data; without, one holding a run or a user's own files.
     On resume, `config.data.checksum` becomes the run's own, so that the data are verified against it."""
     saved = out / "config.toml"
     if resume:
         if not saved.exists():
             return
         old = read_saved_config(saved)
-        changes = run_differences(old, config)
+        changes = code_change(out, old, config, run_differences(old, config), accept_code_change)
         if can_continue and continues(old, config, changes):
             check_continuable(out, old, config)
         elif changes:
@@ -190,6 +194,29 @@ def prepare_run_folder(out: Path, config: Config, *, resume: bool, force: bool, 
             f"a run writes {', '.join(RUN_FILES[:4])} and more there, replacing any of that name: choose an empty "
             "or new --out, or pass --force to write beside them"
         )
+
+
+CODE_CHANGES = "code_changes.json"  # in a run resumed with other method code (--accept-code-change): when and which
+
+
+def code_change(out: Path, old: Config, new: Config, changes: list[str], accept: bool) -> list[str]:
+    """The changes without the method's code: refused with its own message unless accepted, then recorded."""
+    key = "method.source:"
+    if not any(c.startswith(key) for c in changes):
+        return changes
+    if not accept:
+        raise PfedkitError(
+            f"the method's code changed since the run in {out} began (method {new.method.name}: {old.method.source} "
+            f"-> {new.method.source}), so resuming would train its later rounds with other code than its first; "
+            "start a new run with another --out, or continue it with the new code: "
+            f"`pfedkit run --out {out} --resume --accept-code-change` (recorded in {CODE_CHANGES})"
+        )
+    from datetime import datetime, timezone
+
+    record = read_json(out / CODE_CHANGES, "code changes") if (out / CODE_CHANGES).exists() else []
+    record.append({"from": old.method.source, "to": new.method.source, "at": datetime.now(timezone.utc).isoformat()})
+    atomic_write_json(out / CODE_CHANGES, record)
+    return [c for c in changes if not c.startswith(key)]
 
 
 def foreign_files(out: Path, config: Config) -> list[str]:
@@ -220,9 +247,10 @@ def check_continuable(out: Path, old: Config, config: Config) -> None:
         )
 
 
-def check_belongs(out: Path, ckpt: dict[str, Any], config: Config) -> None:
+def check_belongs(out: Path, ckpt: dict[str, Any], config: Config, accept_code_change: bool = False) -> None:
     """A checkpoint written by another run (copied in, or left by a run of another config) is refused, naming how
-    the runs differ: resumed, it would mix that run's state into this run's results."""
+    the runs differ: resumed, it would mix that run's state into this run's results. (Other method code, accepted,
+    was recorded when the run folder was prepared.)"""
     saved = ckpt.get("config")
     if not isinstance(saved, dict):
         return  # written before checkpoints held their config: nothing to compare
@@ -233,7 +261,11 @@ def check_belongs(out: Path, ckpt: dict[str, Any], config: Config) -> None:
     differences = (
         ["its config is not one this pfedkit reads"]
         if theirs is None
-        else [c for c in run_differences(theirs, config) if not c.startswith("train.rounds:")]
+        else [
+            c
+            for c in run_differences(theirs, config)
+            if not c.startswith("train.rounds:") and not (accept_code_change and c.startswith("method.source:"))
+        ]
     )
     ours, other = config.data.checksum, saved.get("data", {}).get("checksum")
     if ours and other and ours != other:

@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pfedkit.config import EvalSection, apply_overrides, tomllib
+from pfedkit.config import EvalSection, apply_overrides
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.pipeline import run_folder
 from pfedkit.experiments.reproduce import run_cells
 from pfedkit.experiments.suite import Column, Scale, Suite
 from pfedkit.io import atomic_write_csv, atomic_write_text
+from pfedkit.registry import read_config_file
 from pfedkit.reports.plots import save_curves
 from pfedkit.reports.tables import mean_curve, mean_std
 
@@ -121,12 +122,8 @@ def run_comparison(
     resume: bool = False,
     progress: bool = True,
 ) -> tuple[str, Path]:
+    raw = apply_overrides(read_config_file(config_path), overrides)  # method.module beside the config file
     path = Path(config_path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path} is not valid TOML: {err}") from None
-    raw = apply_overrides(raw, overrides)
     return compare_configs(raw, methods, seeds, out, resume=resume, progress=progress, title=path.stem)
 
 

@@ -23,13 +23,22 @@ from pfedkit.engine.workers import driver_device
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.runs import run_experiment
 from pfedkit.io import read_json
-from pfedkit.registry import build_config, continues, method_class, read_saved_config, run_differences
+from pfedkit.registry import (
+    build_config,
+    continues,
+    method_class,
+    method_source,
+    read_saved_config,
+    run_differences,
+)
 
 
 def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
-    """The base config with `method.name` set; the base's hyper-parameters apply only to the method it names."""
+    """The base config with `method.name` set; the base's hyper-parameters apply only to the method it names, its
+    method.module to every row (the module may define several of the methods compared)."""
     given = base.get("method", {})
-    section = {**given, "name": method} if given.get("name") == method else {"name": method}
+    module = {"module": given["module"]} if given.get("module") else {}
+    section = {**given, "name": method} if given.get("name") == method else {"name": method, **module}
     return build_config(
         merge({k: v for k, v in base.items() if k != "method"}, {"method": section, "run": {"seed": seed}})
     )
@@ -42,7 +51,9 @@ def config_changes(saved: Path, config: Config) -> list[str]:
         old = read_saved_config(saved)
     except ConfigError as err:
         return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    changes = run_differences(old, config)
+    current = config.model_copy(deep=True)
+    current.method.source = config.method.source or method_source(config)  # the code it would resume with
+    changes = run_differences(old, current)
     return [] if continues(old, config, changes) else changes
 
 

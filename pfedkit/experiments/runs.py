@@ -24,12 +24,13 @@ def run_experiment(
     observers: Sequence[RoundObserver] = (),
     force: bool = False,
     together: Optional[Member] = None,
+    accept_code_change: bool = False,
 ) -> dict[str, Any]:
     """Run `config` into `out` (resuming it with `resume`), draw `curves.png`, return the summary. `observers` see
     every round's metrics row (a tuner's pruning); the trackers `run.log_to` names see them too. `force`: write into
     an --out that holds files pfedkit did not write. `together`: its place in a group of runs trained as one cohort."""
     trackers = Trackers(config, Path(out))
-    options = RunOptions(resume, progress, (trackers, *observers), force, fed, together)
+    options = RunOptions(resume, progress, (trackers, *observers), force, fed, together, accept_code_change)
     summary, curves = None, None
     try:
         summary = simulate(config, out, options)

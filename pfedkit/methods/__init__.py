@@ -43,6 +43,7 @@ from pfedkit.methods.base import (  # noqa: E402
     variant,
     weighted_mean,
 )
+from pfedkit.methods.functional import FunctionalNet, batched_grads, per_client, sgd_step  # noqa: E402
 from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase, cross_entropy, proximal  # noqa: E402
 from pfedkit.methods.sharing import PartSharing  # noqa: E402
 from pfedkit.models.base import SplitModel  # noqa: E402
@@ -52,6 +53,7 @@ __all__ = [
     "METHODS",
     "Apply",
     "ClientData",
+    "FunctionalNet",
     "HyperParams",
     "Joint",
     "LocalPlan",
@@ -62,11 +64,14 @@ __all__ = [
     "State",
     "WeightedMeanFold",
     "add_prefix",
+    "batched_grads",
     "cross_entropy",
+    "per_client",
     "proximal",
     "register",
     "searched",
     "select",
+    "sgd_step",
     "strip_prefix",
     "variant",
     "weighted_mean",

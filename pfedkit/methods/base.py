@@ -98,9 +98,20 @@ def add_prefix(state: Mapping[str, Any], prefix: str) -> State:
     return {prefix + k: v for k, v in state.items()}
 
 
+def reply_weight(cid: int, reply: State, weight: str = "num_samples") -> float:
+    """A reply's weight in a weighted mean; a reply without it is refused, naming the fix."""
+    if weight not in reply:
+        raise PfedkitError(
+            f"client {cid}'s reply has no {weight!r} (the weight of a sample-weighted mean: the client's training-set "
+            f"size); add {weight!r}: data.num_train to what local_update or plan_result returns, or aggregate "
+            "without weighting"
+        )
+    return float(reply[weight])
+
+
 def weighted_mean(replies: Mapping[int, State], keys: Iterable[str], weight: str = "num_samples") -> State:
     """Sample-weighted mean of the given tensors over replies; integer buffers are taken from the first reply."""
-    fold = WeightedMeanFold(keys, {cid: reply[weight] for cid, reply in replies.items()}, weight)
+    fold = WeightedMeanFold(keys, {cid: reply_weight(cid, reply, weight) for cid, reply in replies.items()}, weight)
     for cid, reply in replies.items():
         fold.add(cid, reply)
     return fold.result()
@@ -129,7 +140,7 @@ class WeightedMeanFold:
     def add(self, cid: int, reply: State) -> None:
         if cid not in self.expected or cid in self.waiting or self.order.index(cid) < self.folded:
             raise PfedkitError(f"reply from client {cid} was not expected (expected once each from {self.order})")
-        if float(reply[self.weight]) != self.expected[cid]:
+        if reply_weight(cid, reply, self.weight) != self.expected[cid]:
             raise PfedkitError(
                 f"client {cid}'s reply weighs {reply[self.weight]}, not the {self.expected[cid]} its "
                 "training split promised; a method weighting replies otherwise must aggregate them itself"
@@ -504,9 +515,25 @@ def register(cls: type[Method]) -> type[Method]:
             + "; ".join(problems)
         )
     if cls.name in METHODS:
-        raise RuntimeError(f"method {cls.name} registered twice")
+        taken = METHODS[cls.name]
+        if not same_definition(taken, cls):
+            owner = "pfedkit's built-in" if taken.__module__.split(".")[0] == "pfedkit" else "the method"
+            raise PfedkitError(
+                f"method name {cls.name!r} ({cls.__module__}.{cls.__qualname__}) is taken by {owner} "
+                f"{taken.__module__}.{taken.__qualname__}; give yours another name (its class attribute `name`)"
+            )
     METHODS[cls.name] = cls
     return cls
+
+
+def same_definition(a: type, b: type) -> bool:
+    """The same class from the same file, imported again (a method file edited and re-imported in one process)."""
+    import inspect
+
+    try:
+        return a.__qualname__ == b.__qualname__ and inspect.getsourcefile(a) == inspect.getsourcefile(b)
+    except TypeError:
+        return False
 
 
 def variant(base: type[Method], name: str, summary: str, **defaults: Any) -> type[Method]:
