@@ -10,6 +10,7 @@ import importlib
 import multiprocessing as mp
 import os
 import pickle
+import sys
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -81,13 +82,25 @@ def settle_on(device: torch.device, fed: Any) -> Any:
     return fed.to(device)
 
 
-def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = "cpu") -> None:
+def method_files(method: Method) -> list[str]:
+    """The file of a method of your own (imported from method.module under a name of its own), which a process
+    started afresh imports the same way before it reads the pickled method; none for pfedkit's own."""
+    module = sys.modules.get(type(method).__module__)
+    file = getattr(module, "__file__", None)
+    return [file] if getattr(module, "__pfedkit_digest__", None) and file else []
+
+
+def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = "cpu", files: list[str] = ()) -> None:
     """A forked worker finds the method and data inherited; a spawned one (a GPU's) gets them pickled, on the CPU,
     and puts the data and every model it builds on its device."""
     global _SHARED, _DEVICE
     die_with_parent(parent_pid)  # a killed run leaves no worker behind
     torch.set_num_threads(1)
     if shared is not None:
+        from pfedkit.registry import import_method_module
+
+        for file in files:  # the method's own module, under the name it was pickled with
+            import_method_module(file)
         _DEVICE = torch.device(device)
         method, fed = pickle.loads(shared)
         _SHARED = (method, settle_on(_DEVICE, fed))
@@ -168,7 +181,7 @@ class Executor:
             else:
                 # as plain bytes: handed over as objects, their tensors would be moved into shared memory under the
                 # feet of tasks already packed from them (seen: NaN replies)
-                initargs = (os.getpid(), pickle.dumps((method, fed)), worker_device)
+                initargs = (os.getpid(), pickle.dumps((method, fed)), worker_device, method_files(method))
             self.pool = ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context(start_method), initializer=_worker_init, initargs=initargs
             )
