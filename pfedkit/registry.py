@@ -25,7 +25,7 @@ from pfedkit.config import (
 from pfedkit.data.sources import DATASET_NAMES
 from pfedkit.errors import ConfigError
 from pfedkit.methods import METHODS
-from pfedkit.methods.base import Method
+from pfedkit.methods.base import REGISTERED_BY, Method
 from pfedkit.models import MODEL_NAMES, build_model
 from pfedkit.records import MethodContext, RunSetting, ServerData, TrainSettings
 
@@ -49,6 +49,9 @@ def method_class(name: str, module: "Optional[str | list[str]]" = None) -> type[
     unknown is looked up among the installed packages' `pfedkit.methods` entry points."""
     for spec in modules_of(module):
         import_method_module(spec)
+        own = REGISTERED_BY.get(module_name_of(spec), {})
+        if name in own:  # the class this module defines, whichever file last registered the name
+            return own[name]
     if name not in METHODS:
         from importlib.metadata import entry_points
 
@@ -69,6 +72,11 @@ def method_class(name: str, module: "Optional[str | list[str]]" = None) -> type[
             f"unknown method {name!r} in `method.name`; choose one of: {', '.join(method_names())}; {hint}"
         )
     return METHODS[name]
+
+
+def module_name_of(spec: str) -> str:
+    """The name a method.module entry is imported under."""
+    return module_name_for(Path(spec).expanduser().resolve()) if spec.endswith(".py") else spec
 
 
 def file_digest(path: Path) -> str:
@@ -291,7 +299,7 @@ def build_method(
     config: Config, input_shape: tuple[int, ...], num_classes: int, server: Optional[ServerData] = None
 ) -> Method:
     """The configured method for data of this shape; a server without data (Flower) learns the shape from its nodes."""
-    cls = method_class(config.method.name)
+    cls = method_class(config.method.name, config.method.module)
     params = cls.validate_params(config.method_params())
     factory = functools.partial(
         build_model_on,

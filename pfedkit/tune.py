@@ -38,9 +38,9 @@ def optuna_module():
     return optuna
 
 
-def searched_space(method: str, names: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+def searched_space(method: str, names: Sequence[str] = (), module: Any = None) -> dict[str, dict[str, Any]]:
     """The ranges to search: the method's declared ranges, or the `names` among them."""
-    space = search_space(method_class(method).Params)
+    space = search_space(method_class(method, module).Params)
     if not space:
         declared = sorted(m for m, cls in _methods().items() if search_space(cls.Params))
         raise ConfigError(
@@ -61,8 +61,8 @@ def _methods() -> dict[str, Any]:
     return METHODS
 
 
-def defaults_of(method: str, names: Sequence[str]) -> dict[str, Any]:
-    defaults = method_class(method).Params.model_fields
+def defaults_of(method: str, names: Sequence[str], module: Any = None) -> dict[str, Any]:
+    defaults = method_class(method, module).Params.model_fields
     return {n: defaults[n].default for n in names}
 
 
@@ -106,7 +106,7 @@ class Tuner:
         self.optuna = optuna_module()
         self.config, self.out, self.trials, self.last_k, self.progress = config, Path(out), trials, last_k, progress
         self.validation = validation
-        self.space = searched_space(config.method.name, params)
+        self.space = searched_space(config.method.name, params, config.method.module)
         where = set(PLACEMENT_KEYS)  # where the data and workers are may change between sittings
         self.setup = {
             "method": config.method.name,
@@ -145,7 +145,10 @@ class Tuner:
         # a resumed sampler seeded as at the start would draw the values of the first trials again
         study.sampler = optuna.samplers.TPESampler(seed=self.config.run.seed + len(study.trials))
         if not study.trials:  # the method's own defaults are trial 0: a tuned value has to beat them on validation
-            study.enqueue_trial(defaults_of(self.config.method.name, list(self.space)), user_attrs={"defaults": True})
+            study.enqueue_trial(
+                defaults_of(self.config.method.name, list(self.space), self.config.method.module),
+                user_attrs={"defaults": True},
+            )
         for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             # this process holds the folder's lock, so a running trial is one an interruption cut off: try it again
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
@@ -237,7 +240,7 @@ class Tuner:
                 "or lower train.lr"
             )
         tuned = {n: best.params[n] for n in self.space}
-        defaults = defaults_of(self.config.method.name, list(self.space))
+        defaults = defaults_of(self.config.method.name, list(self.space), self.config.method.module)
         best_config = with_values(self.config, tuned)
         atomic_write_text(
             self.out / "best.toml",

@@ -153,7 +153,7 @@ class RoundLoop:
     def __init__(self, config: Config, out: str | Path, options: RunOptions):
         # the run records every hyper-parameter's value (a default changed later cannot change it) and its method's code
         config = with_method_values(with_absolute_root(config))
-        config.method.source = config.method.source or method_source(config)
+        config.method.source = method_source(config)  # the code it runs now; a resume compares the recorded one
         self.config, self.out, self.options = config, Path(out), options
         self.progress, self.observers = options.progress, list(options.observers)
         self.lock = RunLock(self.out)  # held until run() ends: one run per folder

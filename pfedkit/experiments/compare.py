@@ -75,7 +75,10 @@ def compare_configs(
     suite = Suite(
         name="compare",
         paper=title,
-        base={k: v for k, v in base.items() if k != "method"},
+        base={  # the method's module in every row (it may define several of the methods compared)
+            **{k: v for k, v in base.items() if k != "method"},
+            **({"method": {"module": given["module"]}} if given.get("module") else {}),
+        },
         columns={".": Column(title or "compare")},
         rows=tuple(methods),
         scales={"given": Scale({}, 0, "the config as given")},

@@ -82,7 +82,7 @@ def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "smal
     first = rows[0] if rows else None
     for other in rows[1:]:
         a, b = configs[first], configs[other]
-        cls_a, cls_b = method_class(a.method.name), method_class(b.method.name)
+        cls_a, cls_b = method_class(a.method.name, a.method.module), method_class(b.method.name, b.method.module)
         related = issubclass(cls_a.Params, cls_b.Params) or issubclass(cls_b.Params, cls_a.Params)
         fa, fb = flat(a.to_dict()), flat(b.to_dict())
         for key in sorted(fa.keys() | fb.keys()):

@@ -506,6 +506,7 @@ def cross_entropy_loss(model: SplitModel, x: torch.Tensor, y: torch.Tensor) -> t
 
 
 METHODS: dict[str, type[Method]] = {}
+REGISTERED_BY: dict[str, dict[str, type[Method]]] = {}  # module name -> the methods it registered, by name
 
 
 def register(cls: type[Method]) -> type[Method]:
@@ -516,13 +517,16 @@ def register(cls: type[Method]) -> type[Method]:
         )
     if cls.name in METHODS:
         taken = METHODS[cls.name]
-        if not same_definition(taken, cls):
-            owner = "pfedkit's built-in" if taken.__module__.split(".")[0] == "pfedkit" else "the method"
+        built_in = taken.__module__.split(".")[0] == "pfedkit"
+        in_one_module = taken.__module__ == cls.__module__  # two classes of one module under one name
+        if (built_in or in_one_module) and not same_definition(taken, cls):
+            owner = "pfedkit's built-in" if built_in else "the method"
             raise PfedkitError(
                 f"method name {cls.name!r} ({cls.__module__}.{cls.__qualname__}) is taken by {owner} "
                 f"{taken.__module__}.{taken.__qualname__}; give yours another name (its class attribute `name`)"
             )
-    METHODS[cls.name] = cls
+    METHODS[cls.name] = cls  # another file's method of this name: method.module says which one a run means
+    REGISTERED_BY.setdefault(cls.__module__, {})[cls.name] = cls
     return cls
 
 
