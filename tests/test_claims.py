@@ -79,12 +79,27 @@ def test_rule_2_rows_are_compared_only_at_equal_rounds_and_data(tmp_path):
 def test_rule_3_between_seeds_the_error_comes_from_the_spread_of_the_gaps():
     # FedAFK's "w/o KT below FedAFK": gaps +0.49, +0.90, +0.03; their spread gives a standard error of 0.25
     assert gap_error([0.49, 0.90, 0.03], None) == pytest.approx(0.2513, abs=1e-4)
-    assert decide([0.49, 0.90, 0.03], None)[0] == UNSURE  # mean +0.47 < 2 x 0.25, whatever each seed's own noise
-    assert decide([0.49, 0.52, 0.47], None)[0] == HOLDS
-    assert decide([-0.49, -0.52, -0.47], None)[0] == FAILS
+    assert decide([0.49, 0.90, 0.03], 0.05)[0] == UNSURE  # mean +0.47 < 2 x 0.25, whatever each seed's own noise
+    assert decide([0.49, 0.52, 0.47], 0.05)[0] == HOLDS
+    assert decide([-0.49, -0.52, -0.47], 0.05)[0] == FAILS
     # never below the noise floor: three equal gaps of 0.3 with a floor of 0.5 (0.5 x sqrt(2/3) = 0.41)
     assert gap_error([0.3, 0.3, 0.3], 0.5) == pytest.approx(0.5 * (2 / 3) ** 0.5)
     assert decide([0.3, 0.3, 0.3], 0.5)[0] == UNSURE
+
+
+def test_rule_3_no_verdict_without_a_noise_floor_however_many_seeds_agree():
+    # two seeds that happen to agree give a tiny spread: 0.020 and 0.021 would hold with a standard error of 0.0005
+    assert decide([0.020, 0.021], None)[0] == UNSURE
+    assert decide([0.49, 0.52, 0.47], None)[0] == UNSURE
+    assert decide([0.020, 0.021], 0.1)[0] == UNSURE  # the floor bounds the error from below: 0.1 x sqrt(2/2)
+
+
+def test_rule_3_a_floor_measured_far_from_the_compared_rows_accuracy_does_not_apply(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50)
+    assert judge(ABOVE, Evidence(tmp_path, 5, floor=0.4, floor_at=52.0)).verdict == HOLDS
+    far = judge(ABOVE, Evidence(tmp_path, 5, floor=0.4, floor_at=9.8))
+    assert far.verdict == UNSURE and "measured at 9.8%, far from these rows' 54.0%" in far.detail
 
 
 def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config(tmp_path):
@@ -94,9 +109,64 @@ def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config
     for repeat, value in enumerate((0.50, 0.52, 0.48)):  # one config, three draws of its training randomness
         flat_run(tmp_path / "col" / ("r" if repeat == 0 else f"r-repeat{repeat}") / "seed0", value)
     noise = {"column": "col", "rows": ["r", "r-repeat1", "r-repeat2"]}
-    floor, text = measured_floor(noise, [tmp_path / "missing", tmp_path], 5, None)
+    floor, text, level = measured_floor(noise, [tmp_path / "missing", tmp_path], 5, None)
     assert floor == pytest.approx(2.0) and "3 repeats" in text  # the standard deviation of 50, 52, 48
+    assert level == pytest.approx(50.0)
     assert measured_floor(noise, [tmp_path / "missing"], 5, None)[0] is None
+
+
+def test_rule_2_every_config_key_on_every_seed_beyond_what_the_claim_names(tmp_path):
+    base = {"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}}
+    for seed in (0, 1):
+        flat_run(tmp_path / "col" / "a" / f"seed{seed}", 0.8, config=base)
+        lr = 0.05 if seed == 1 else 0.005  # alike on seed 0, another lr on seed 1
+        flat_run(tmp_path / "col" / "b" / f"seed{seed}", 0.5, config={**base, "train": {"rounds": 19, "lr": lr}})
+        beta = {"partition": {"beta": 0.5}}  # another partition
+        flat_run(tmp_path / "col" / "c" / f"seed{seed}", 0.5, config={**base, **beta})
+    evidence = Evidence(tmp_path, 5, floor=0.1)
+    lr = judge(ABOVE, evidence)
+    assert lr.verdict == UNSURE and "train.lr" in lr.detail and "(seed1)" in lr.detail
+    assert judge({**ABOVE, "differ_in": ["train.lr"]}, evidence).verdict == HOLDS
+    part = judge({**ABOVE, "rows": ["a", "c"]}, evidence)
+    assert part.verdict == UNSURE and "partition.beta" in part.detail
+    margin = {"kind": "margin", "text": "by 1", "column": "col", "row": "a", "over": ["b"], "at_least": 1.0}
+    assert judge(margin, evidence).verdict == UNSURE and "train.lr" in judge(margin, evidence).detail
+    flat_run(tmp_path / "ood" / "a" / "seed0", 0.8, config={**base, "train": {"rounds": 19, "lr": 0.05}})
+    within = {"kind": "within", "text": "near", "column": "ood", "row": "a", "reference": "col", "points": 1.0}
+    assert judge(within, evidence).verdict == UNSURE  # another lr, which the ood column does not set
+    designed = Evidence(tmp_path, 5, floor=0.1, column_keys={"ood": frozenset({"train.lr"})})
+    assert judge(within, designed).verdict == HOLDS  # what the column changes may differ: that is the claim
+
+
+def test_above_every_other_judges_each_pair_not_only_the_strongest(tmp_path):
+    for seed, (a, b, c) in enumerate(((0.50, 0.49, 0.52), (0.50, 0.49, 0.46), (0.50, 0.49, 0.489))):
+        flat_run(tmp_path / "col" / "a" / f"seed{seed}", a)
+        flat_run(tmp_path / "col" / "b" / f"seed{seed}", b)
+        flat_run(tmp_path / "col" / "c" / f"seed{seed}", c)
+    three = {"text": "a above b and c", "column": "col", "rows": ["a", "b", "c"]}
+    verdict = judge(three, Evidence(tmp_path, 5, floor=0.1))
+    assert verdict.verdict == UNSURE and "gap to c" in verdict.detail  # b (strongest mean) is beaten; c cannot tell
+    assert judge({**three, "rows": ["a", "b"]}, Evidence(tmp_path, 5, floor=0.1)).verdict == HOLDS
+
+
+def test_rule_4_for_every_pair_a_weaker_row_still_rising_keeps_the_verdict_open(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.50)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.45)  # the strongest of the others today, and flat
+    run(tmp_path / "col" / "c" / "seed0", [0.25 + 0.01 * r for r in range(20)])  # weaker, +1 point a round
+    verdict = judge({"text": "a above all", "column": "col", "rows": ["a", "b", "c"]}, Evidence(tmp_path, 5, floor=0.1))
+    assert verdict.verdict == UNSURE and "c is still rising" in verdict.detail
+
+
+def test_a_papers_number_is_matched_only_once_the_curve_stops_moving_and_only_with_a_floor(tmp_path):
+    run(tmp_path / "col" / "r" / "seed0", [0.60 + 0.006 * r for r in range(20)])  # ~70.9 at the end, +3 a fifth
+    claim = {"kind": "number", "text": "r at 71.5", "column": "col", "row": "r", "value": 71.5, "points": 2.5}
+    rising = judge(claim, Evidence(tmp_path, 5, floor=0.1))
+    assert rising.verdict == UNSURE and "still rising" in rising.detail and "provisional, holds" in rising.detail
+    flat_run(tmp_path / "col" / "s" / "seed0", 0.708)
+    settled = {**claim, "row": "s"}
+    assert judge(settled, Evidence(tmp_path, 5, floor=0.1)).verdict == HOLDS
+    assert judge(settled, Evidence(tmp_path, 5)).verdict == UNSURE  # no floor: no verdict
+    assert judge({**settled, "value": 60.0}, Evidence(tmp_path, 5, floor=0.1)).verdict == FAILS
 
 
 def test_rule_4_a_verdict_is_at_most_cannot_tell_while_the_curve_that_could_close_the_gap_rises(tmp_path):
@@ -196,7 +266,7 @@ def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(t
     runner = CliRunner()
     done = runner.invoke(main, ["reproduce", "heart-table1", "--claims", "--out", str(tmp_path / "results")])
     assert done.exit_code == 0, done.output
-    assert "`heart-table1#7`" in done.output and "no noise floor measured" in done.output
+    assert "`heart-table1#7`" in done.output and "no verdict without a noise floor" in done.output
     document = tmp_path / "doc.md"
     document.write_text(f"before\n{CLAIMS_BEGIN}\nold\n{CLAIMS_END}\nafter\n")
     args = ["reproduce", "--claims", "--out", str(tmp_path / "results"), "--update", str(document)]

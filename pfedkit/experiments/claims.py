@@ -12,31 +12,36 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
    numbers (`paper_point`), else at each run's own.
 2. Like with like: rows are compared on the seeds every one of them finished (a seed fixes the partition and the
-   sampled clients), and only if their runs agree on rounds, data and partition beyond what `differ_in` names.
-3. Noise: over several seeds, the standard error of the mean gap comes from the spread of the per-seed gaps
-   (between seeds). On one seed, the gap must clear a noise floor measured from repeated runs of one config (the
-   suite's `noise` rows, which differ only in run.repeat); with one seed and no floor, no verdict. The floor is also
-   the least error any number of seeds can have. A gap within two standard errors of its boundary: cannot tell.
+   sampled clients), and only if their runs agree, on every one of those seeds, on every config key beyond what
+   `differ_in` names (where a run is kept, and two different methods' own hyper-parameters, aside; a "within"
+   claim's two columns may differ in what the columns change).
+3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
+   below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows, which differ
+   only in run.repeat), measured at the claim's scale, on a row within FLOOR_REACH points of the compared rows'
+   accuracy. Without such a floor, no verdict, however many seeds. A gap within two standard errors of its boundary:
+   cannot tell.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
-   the curve it is closing on), a verdict is at most "cannot tell".
+   the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
+   still rises at all (but away from a number it already fails).
+"Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
+pair holds, does not hold when any does not.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.config import flat, read_toml
 from pfedkit.errors import PfedkitError
-from pfedkit.registry import read_saved_config
+from pfedkit.registry import read_saved_config, with_method_values
 from pfedkit.reports.tables import curve_gain, curve_trend, finished_runs, mean_curve, mean_of_last
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
-# run config keys that must agree between compared runs unless a claim's differ_in names them
-LIKE_KEYS = ("train.rounds", "data.", "partition.")
+FLOOR_REACH = 15.0  # points: a floor measured this far from the compared rows' accuracy does not apply to them
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,17 @@ class Evidence:
     k: int
     paper_point: Optional[str] = None
     floor: Optional[float] = None  # standard deviation (points) of one config's result over repeats
+    floor_at: Optional[float] = None  # the accuracy (%) of the runs the floor was measured on; None: not known
+    column_keys: Mapping[str, frozenset] = field(default_factory=dict)  # config keys each column changes
+
+    def floor_for(self, accuracies: Sequence[float]) -> tuple[Optional[float], str]:
+        """Rule 3: the floor, where it was measured near these accuracies; else None and why not."""
+        if self.floor is None:
+            return None, "none measured at this scale"
+        level = statistics.fmean(accuracies)
+        if self.floor_at is not None and abs(level - self.floor_at) > FLOOR_REACH:
+            return None, f"the suite's was measured at {self.floor_at:.1f}%, far from these rows' {level:.1f}%"
+        return self.floor, ""
 
     def point(self, claim: Mapping[str, Any]) -> Optional[str]:
         """Rule 1: the claim's own point, else the paper's as the suite declares it, else each run's own."""
@@ -91,14 +107,15 @@ def gap_error(gaps: Sequence[float], floor: Optional[float]) -> Optional[float]:
     return max(between, from_floor or 0.0)
 
 
-def decide(excess: Sequence[float], floor: Optional[float]) -> tuple[str, str]:
+def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") -> tuple[str, str]:
     """(verdict, why) from the per-seed excess of the judged quantity over its boundary (positive where the claim
-    holds): holds or does not hold only beyond two standard errors."""
+    holds): holds or does not hold only beyond two standard errors, which a noise floor bounds from below (without
+    one, no verdict: two seeds that happen to agree would otherwise decide anything)."""
     mean = statistics.fmean(excess)
-    error = gap_error(excess, floor)
     seeds = f"{len(excess)} seeds" if len(excess) > 1 else "one seed"
-    if error is None:
-        return UNSURE, f"{mean:+.2f} on one seed, and no noise floor measured for one seed to clear"
+    if floor is None:
+        return UNSURE, f"{mean:+.2f} on {seeds}; no verdict without a noise floor ({no_floor or 'none measured'})"
+    error = gap_error(excess, floor)
     if abs(mean) < 2 * error:
         return UNSURE, f"{mean:+.2f} on {seeds}, within 2 standard errors of {error:.2f}"
     return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond 2 standard errors of {error:.2f}"
@@ -114,17 +131,38 @@ def still_closing(excess: float, claimant: tuple[float, bool], other: tuple[floa
 
 
 def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str] = ()) -> list[str]:
-    """Rule 2: the rounds, data and partition keys on which the compared runs' saved configs differ (row -> flat
-    config), less the keys a claim allows."""
+    """Rule 2: the config keys on which each compared run differs from the first (row -> flat config, every value
+    stated), less the keys a claim allows, where runs are kept (PLACEMENT_KEYS), the seed, the method's name and code,
+    and two different methods' own hyper-parameters (a method and its variant share theirs: those must agree)."""
+    from pfedkit.config import PLACEMENT_KEYS
+
     rows = list(configs)
+    skipped = set(PLACEMENT_KEYS) | {"run.seed", "method.name", "method.source"} | set(allowed)
     found = []
-    for key in sorted(set().union(*(configs[r].keys() for r in rows))):
-        if not key.startswith(LIKE_KEYS) or key in allowed or key in ("data.root", "data.checksum"):
-            continue
-        values = {r: configs[r].get(key) for r in rows}
-        if len({repr(v) for v in values.values()}) > 1:
-            found.append(f"{key} " + ", ".join(f"{r} {v!r}" for r, v in values.items()))
+    first = configs[rows[0]] if rows else {}
+    for other in rows[1:]:
+        theirs = configs[other]
+        related = related_methods(first.get("method.name"), theirs.get("method.name"))
+        for key in sorted(first.keys() | theirs.keys()):
+            own = key.startswith("method.") and (not related or key not in first or key not in theirs)
+            if key in skipped or own or repr(first.get(key)) == repr(theirs.get(key)):
+                continue
+            found.append(f"{key} {rows[0]} {first.get(key)!r}, {other} {theirs.get(key)!r}")
     return found
+
+
+def related_methods(a: Optional[str], b: Optional[str]) -> bool:
+    """One method a variant or subclass of the other: their hyper-parameters are one set, compared key by key."""
+    from pfedkit.errors import ConfigError
+    from pfedkit.registry import method_class
+
+    if a is None or b is None:
+        return a == b
+    try:
+        pa, pb = method_class(a).Params, method_class(b).Params
+    except ConfigError:
+        return a == b
+    return issubclass(pa, pb) or issubclass(pb, pa)
 
 
 # ---- gathering the numbers ----
@@ -139,11 +177,12 @@ def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point
 
 
 def saved_config(run: Path) -> dict[str, Any]:
-    """The run's config.toml as flat keys, with the defaults of keys added since it ran (absent: the default)."""
+    """The run's config.toml as flat keys, every value stated: the defaults of keys added since it ran, and of its
+    method's hyper-parameters (absent: the default)."""
     if not (run / "config.toml").exists():
         return {}
     try:
-        return flat(read_saved_config(run / "config.toml").to_dict())
+        return flat(with_method_values(read_saved_config(run / "config.toml")).to_dict())
     except PfedkitError:  # a config this version no longer reads: compare what it says
         return flat(read_toml(run / "config.toml"))
 
@@ -151,13 +190,16 @@ def saved_config(run: Path) -> dict[str, Any]:
 def like_with_like(
     evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: Sequence[str], allowed: Sequence[str]
 ) -> list[str]:
-    """Rule 2 on the runs themselves: each (column, row)'s run on the first judged seed."""
-    configs = {}
-    for column, row in pairs:
-        runs = evidence.runs(column, row, seeds[:1])
-        if runs:
-            configs[f"{row} ({column})" if len({c for c, _ in pairs}) > 1 else row] = saved_config(runs[0])
-    return unlike_runs(configs, allowed)
+    """Rule 2 on the runs themselves: each (column, row)'s runs, seed by seed on every judged seed."""
+    found: list[str] = []
+    for seed in seeds:
+        configs = {}
+        for column, row in pairs:
+            runs = evidence.runs(column, row, [seed])
+            if runs:
+                configs[f"{row} ({column})" if len({c for c, _ in pairs}) > 1 else row] = saved_config(runs[0])
+        found += [f"{u} ({seed})" if len(seeds) > 1 else u for u in unlike_runs(configs, allowed) if u not in found]
+    return list(dict.fromkeys(found))
 
 
 def provisional(
@@ -187,7 +229,8 @@ def judge_pair(
     excess: Sequence[float],
 ) -> tuple[str, str]:
     """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary."""
-    verdict, why = decide(excess, evidence.floor)
+    accuracies = [statistics.fmean(evidence.results(column, row, point)[s] for s in seeds) for row in rows]
+    verdict, why = decide(excess, *evidence.floor_for(accuracies))
     claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
     return provisional(verdict, why, statistics.fmean(excess), claimant, other, rows)
 
@@ -206,15 +249,28 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in results.items())
         return Judgement(UNSURE, "direction", f"no seed finished for every row ({seeds}){partly}")
     mean = {row: statistics.fmean(v[s] for s in shared) for row, v in results.items()}
-    strongest = max(others, key=lambda r: mean[r])
     numbers = ", ".join(f"{r} {mean[r]:.2f}" for r in results)
     unlike = like_with_like(evidence, [(column, r) for r in results], shared, claim.get("differ_in", ()))
     if unlike:
         return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {'; '.join(unlike[:3])}{partly}")
-    excess = [results[first][s] - results[strongest][s] for s in shared]
-    verdict, why = judge_pair(evidence, column, point, (first, strongest), shared, excess)
-    per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(shared) > 1 else ""
-    return Judgement(verdict, "direction", f"{numbers}; gap to {strongest} {why}{per_seed}{partly}")
+    pairs = {}
+    for other in others:  # every pair: the claimant against each other row
+        excess = [results[first][s] - results[other][s] for s in shared]
+        pairs[other] = (*judge_pair(evidence, column, point, (first, other), shared, excess), excess)
+    verdicts = [v for v, _, _ in pairs.values()]
+    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
+    # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
+    closest = sorted(others, key=lambda o: abs(mean[first] - mean[o]))
+    deciding = [o for o in closest if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
+    shown = []
+    for other in deciding:
+        _, why, excess = pairs[other]
+        per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(shared) > 1 else ""
+        shown.append(f"gap to {other} {why}{per_seed}")
+    left = [pairs[o][0] for o in others if o not in deciding]
+    counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
+    rest = f"; the other pairs: {counts}" if left else ""
+    return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}")
 
 
 def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -256,16 +312,15 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return Judgement(NOT_RUN, judges)
     value, ref = statistics.fmean(runs[s] for s in shared), statistics.fmean(base[s] for s in shared)
     numbers = f"{claim.get('label', column)} {value:.2f}, {reference} {ref:.2f}, {value - ref:+.2f}"
-    # the two columns differ by design (that is the claim): only the rounds must agree
-    unlike = [
-        u
-        for u in like_with_like(evidence, [(column, row), (reference, row)], shared, ())
-        if u.startswith("train.rounds")
-    ]
+    # the two columns differ by design (that is the claim) in what the columns change; the rest must agree
+    designed = set(evidence.column_keys.get(column, ())) | set(evidence.column_keys.get(reference, ()))
+    unlike = like_with_like(
+        evidence, [(column, row), (reference, row)], shared, (*claim.get("differ_in", ()), *designed)
+    )
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
     excess = [claim["points"] - abs(runs[s] - base[s]) for s in shared]
-    verdict, why = decide(excess, evidence.floor)
+    verdict, why = decide(excess, *evidence.floor_for([value, ref]))
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
@@ -283,11 +338,13 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return Judgement(NOT_RUN, judges)
     value = statistics.fmean(runs.values())
     excess = [claim["points"] - abs(v - target) for v in runs.values()]
-    verdict, why = decide(excess, evidence.floor / math.sqrt(2) if evidence.floor is not None else None)
+    floor, no_floor = evidence.floor_for([value])
+    verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else None, no_floor)
     gain, rising = trend(evidence, column, row, sorted(runs), point)
-    # the number stays put: only the row's own curve can close the distance (rising towards it, or away from it)
+    # the number stays put: only the row's own curve moves; a match holds only once it has stopped moving (rising, it
+    # may leave the band), a miss below the number while it rises towards it
     towards = (value < target) == (gain > 0)
-    if verdict != UNSURE and rising and (towards if verdict == FAILS else not towards):
+    if verdict != UNSURE and rising and (towards or verdict == HOLDS):
         verdict, why = (
             UNSURE,
             f"{why}, but {row} is still rising ({gain:+.2f} in the last fifth): provisional, {verdict}",
@@ -317,11 +374,12 @@ def check_claims(claims: Sequence[Mapping[str, Any]], evidence: Evidence) -> lis
 
 def measured_floor(
     noise: Optional[Mapping[str, Any]], folders: Sequence[Path], k: int, point: Optional[str]
-) -> tuple[Optional[float], str]:
+) -> tuple[Optional[float], str, Optional[float]]:
     """The suite's noise floor (rule 3) from its `noise` rows, in the first of `folders` where two or more of them
-    finished one seed: (the pooled standard deviation over those seeds, where it was measured)."""
+    finished one seed: (the pooled standard deviation over those seeds, where it was measured, the accuracy (%) of
+    the runs it was measured on)."""
     if not noise:
-        return None, "no noise rows in the suite"
+        return None, "no noise rows in the suite", None
     for folder in folders:
         by_seed: dict[str, list[float]] = {}
         for row in noise["rows"]:
@@ -331,8 +389,11 @@ def measured_floor(
         if spreads:
             floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))
             repeats = max(len(by_seed[s]) for s in spreads)
-            return floor, (
+            level = statistics.fmean(v for s in spreads for v in by_seed[s])
+            return (
+                floor,
                 f"{floor:.2f} points, the standard deviation of {noise['rows'][0]} over {repeats} repeats "
-                f"of one config in column {noise['column']} ({folder.name})"
+                f"of one config in column {noise['column']} ({folder.name}), at {level:.1f}%",
+                level,
             )
-    return None, f"not measured yet (rows {', '.join(noise['rows'])} in column {noise['column']})"
+    return None, f"not measured yet (rows {', '.join(noise['rows'])} in column {noise['column']})", None

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pfedkit.config import apply_overrides, merge
+from pfedkit.config import apply_overrides, flat, merge
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.claims import FAILS, HOLDS, UNSURE, Evidence, check_claims, judge, measured_floor
 from pfedkit.experiments.pipeline import (
@@ -430,20 +430,21 @@ def results_folder(suite: str, scale: str) -> str:
 
 
 def suite_evidence(suite: Suite, out: Path) -> tuple[Evidence, str]:
-    """How the suite's runs in `out` are judged, with its noise floor: measured in `out`, else in a sibling folder of
-    another scale of the suite (the layout `results_folder` names), or borrowed from the suite `noise.suite` names."""
+    """How the suite's runs in `out` are judged, with its noise floor: measured in `out` (this scale), or borrowed
+    from the same scale of the suite `noise.suite` names (the same setting); and the keys each column changes."""
     k = suite.last_k or 1
-    source = suite
+    source, folder = suite, out
     if suite.noise and "suite" in suite.noise:  # the floor of another suite of the same setting
         if suite.noise["suite"] not in SUITES:
             raise ConfigError(f"suite {suite.name}: noise.suite {suite.noise['suite']!r} is not a suite")
         source = SUITES[suite.noise["suite"]]
-    siblings = [out.parent / results_folder(source.name, s) for s in source.scales]
-    folders = [*([out] if source is suite else []), *[f for f in siblings if f != out and f.is_dir()]]
-    floor, text = measured_floor(source.noise, folders, k, suite.paper_point)
+        scale = next((s for s in suite.scales if out.name == results_folder(suite.name, s)), "small")
+        folder = out.parent / results_folder(source.name, scale)
+    floor, text, level = measured_floor(source.noise, [folder], k, suite.paper_point)
     if source is not suite:
         text += f", borrowed from suite {source.name} (the same setting)"
-    return Evidence(out, k, suite.paper_point, floor), text
+    column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
+    return Evidence(out, k, suite.paper_point, floor, level, column_keys), text
 
 
 def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
@@ -459,8 +460,8 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
             continue
         folders = {scale: root / results_folder(suite.name, scale) for scale in suite.scales}
         evidence = {scale: suite_evidence(suite, out) for scale, out in folders.items() if has_runs(out)}
-        if evidence:  # the floor is the suite's, whichever scale's folder it is read from
-            floors.append(f"- {suite.name}: {next(iter(evidence.values()))[1]}")
+        for scale, (_, text) in evidence.items():  # each scale's own floor
+            floors.append(f"- {suite.name}" + ("" if scale == "small" else f" ({scale})") + f": {text}")
         for number, claim in enumerate(suite.claims, 1):
             for scale, (judged_on, _) in evidence.items():
                 judgement = judge(claim, judged_on)
