@@ -25,9 +25,19 @@ def run(
     override them section by section (`train={"rounds": 5}`), as `--set train.rounds=5` does; `data_root` as
     `--data-root`; `accept_code_change` as `--accept-code-change`."""
     from pfedkit.config import merge
+    from pfedkit.errors import ConfigError, PfedkitError
     from pfedkit.experiments import run_experiment
     from pfedkit.registry import build_config, read_config_file
 
+    if not isinstance(config, (str, Path, Mapping)):
+        raise ConfigError(f"config must be a TOML file's path or a dict of sections, not {type(config).__name__}")
+    bad = [name for name, values in sections.items() if not isinstance(values, Mapping)]
+    if bad:
+        raise ConfigError(
+            f"{', '.join(bad)}={sections[bad[0]]!r}: sections are dicts of keys, e.g. train={{'rounds': 5}}"
+        )
+    if resume and not (Path(out) / "config.toml").exists():
+        raise PfedkitError(f"there is no run in {out} to resume (no config.toml there); start one without resume=True")
     raw = read_config_file(config) if isinstance(config, (str, Path)) else dict(config)
     raw = merge(raw, {name: dict(values) for name, values in sections.items()})
     if data_root is not None:
@@ -62,6 +72,8 @@ def load_run(folder: "str | Path") -> RunResults:
     from pfedkit.errors import PfedkitError
     from pfedkit.io import read_csv, read_json
 
+    if not isinstance(folder, (str, Path)):
+        raise PfedkitError(f"load_run takes a run folder's path, not {type(folder).__name__}")
     folder = Path(folder)
     if not (folder / "metrics.csv").exists():
         raise PfedkitError(f"there is no run in {folder} (no metrics.csv); run one with pfedkit.run(config, out=...)")

@@ -26,8 +26,13 @@ def parse_seeds(ctx: click.Context, param: click.Parameter, text: str) -> list[i
     """--seeds 0,1,2 as a list of integers, each once (a seed given twice would be counted twice in a mean)."""
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
+        if not seeds:
+            raise ValueError
     except ValueError:
         raise click.BadParameter(f"{text!r}: seeds are integers, e.g. 0,1,2") from None
+    outside = [s for s in seeds if not 0 <= s < 2**32]
+    if outside:  # before anything trains, not when the first seed has run
+        raise click.BadParameter(f"{text!r}: seed {outside[0]} is outside 0 .. 2**32 - 1")
     twice = sorted({s for s in seeds if seeds.count(s) > 1})
     if twice:
         raise click.BadParameter(
@@ -173,6 +178,8 @@ def compare(
     from pfedkit.experiments.compare import run_comparison
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
+    if twice := sorted({m for m in names if names.count(m) > 1}):
+        raise click.BadParameter(f"{methods!r} names {', '.join(twice)} more than once; give each method once")
     table, plot = run_comparison(
         config, names, seeds, Path(out), with_root(overrides, root), resume=resume, progress=not quiet
     )

@@ -111,7 +111,7 @@ class ProxySection(Section):
 
 
 class RunSection(Section):
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)  # one 32-bit seed: seeds 2**32 apart would draw alike
     # another draw of the training randomness (model init, batch orders, augmentation, dropout) on the same data,
     # partition and sampled clients: repeats of one config measure the noise floor a one-seed verdict must clear
     repeat: int = Field(0, ge=0)

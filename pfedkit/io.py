@@ -22,7 +22,7 @@ def atomic_write(path: Path, write) -> None:
     """Write to a temporary file beside `path`, then rename: a reader sees the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY, dir=path.parent)
     os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private; results should read like any other file
     try:
         with os.fdopen(fd, "wb") as f:
@@ -39,7 +39,10 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
-STALE = re.compile(r"^\.(.+)\.[A-Za-z0-9_]{8}$")  # the temporary name atomic_write gives a file while writing it
+# the temporary name atomic_write gives a file while writing it: marked as pfedkit's, so that only a file pfedkit began
+# writing is ever taken for a killed write's leftover (never a user's .env.template or .notes.personal)
+TEMPORARY = ".pfedkit-partial"
+STALE = re.compile(r"^\.(.+)\.[A-Za-z0-9_]{8}" + re.escape(TEMPORARY) + "$")
 
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:

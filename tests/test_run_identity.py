@@ -128,9 +128,15 @@ def test_a_seed_given_twice_is_refused(tmp_path, seeds):
 
 def test_temporaries_of_a_killed_write_are_removed_when_the_run_resumes(tmp_path):
     simulate(six_rounds(client_state="disk"), tmp_path, progress=False)
-    litter = [tmp_path / ".checkpoint.pt.abc12_XY", tmp_path / "client-state" / "client-0" / ".after-9.pt.q1w2e3r4"]
+    litter = [
+        tmp_path / ".checkpoint.pt.abc12_XY.pfedkit-partial",
+        tmp_path / "client-state" / "client-0" / ".after-9.pt.q1w2e3r4.pfedkit-partial",
+    ]
     for path in litter:
         path.write_bytes(b"half a checkpoint")
+    yours = [tmp_path / ".env.template", tmp_path / ".notes.personal", tmp_path / ".metrics.csv.abcd1234"]
+    for path in yours:  # named like a temporary of the old pattern, but not pfedkit's
+        path.write_text("mine")
     simulate(
         synthetic(train={"rounds": 7}, run={"checkpoint_every": 3, "client_state": "disk"}),
         tmp_path,
@@ -138,6 +144,7 @@ def test_temporaries_of_a_killed_write_are_removed_when_the_run_resumes(tmp_path
         progress=False,
     )
     assert not any(path.exists() for path in litter)
+    assert all(path.read_text() == "mine" for path in yours)  # only what pfedkit began writing is removed
     assert (tmp_path / ".pfedkit-owner.json").exists() is False  # the lock's own files are not litter, and are gone
 
 
@@ -149,6 +156,16 @@ def test_a_folder_with_the_users_own_files_is_refused_unless_forced(tmp_path):
     assert notes.read_text() == "my notes" and not (tmp_path / "metrics.csv").exists()
     simulate(synthetic(train={"rounds": 1}), tmp_path, progress=False, force=True)
     assert notes.read_text() == "my notes" and (tmp_path / "metrics.csv").exists()
+
+
+def test_a_users_own_result_named_files_are_refused_unless_forced(tmp_path):
+    for name in ("summary.json", "curves.png", "clients.csv"):
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        (folder / name).write_text("mine")
+        with pytest.raises(PfedkitError, match=rf"holds files pfedkit did not write \({name}\)"):
+            simulate(synthetic(train={"rounds": 1}), folder, progress=False)
+        assert (folder / name).read_text() == "mine"
 
 
 def test_the_users_config_in_out_is_never_replaced(tmp_path):
@@ -307,3 +324,53 @@ def test_a_repeat_redraws_the_training_randomness_on_the_same_partition_and_clie
     assert [r["acc"] for r in first] != [r["acc"] for r in other]  # other weights from round 0 on
     assert run_identity(base) == run_identity(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 0}))
     assert run_identity(base) != run_identity(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 1}))
+
+
+def test_seeds_outside_32_bits_are_refused_before_anything_runs(tmp_path):
+    from pfedkit.errors import ConfigError
+
+    for seed in (2**32, -1):
+        with pytest.raises(ConfigError, match="run.seed"):
+            synthetic(run={"seed": seed})
+    result = CliRunner().invoke(
+        main, ["compare", "x.toml", "--methods", "fedavg", "--seeds", "1,-1", "--out", str(tmp_path / "c")]
+    )
+    assert result.exit_code == 2 and not (tmp_path / "c").exists()
+    for given in ("", "1,-1", str(2**32)):
+        from pfedkit.cli import parse_seeds
+
+        with pytest.raises(Exception, match="seed"):
+            parse_seeds(None, None, given)
+
+
+def test_a_method_named_twice_in_compare_is_refused(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(synthetic(train={"rounds": 1}).to_dict()))
+    result = CliRunner().invoke(
+        main, ["compare", str(config), "--methods", "fedavg,fedavg", "--out", str(tmp_path / "c"), "--quiet"]
+    )
+    assert result.exit_code == 2 and "fedavg more than once" in result.output and not (tmp_path / "c").exists()
+
+
+def test_another_runs_checkpoint_without_its_config_is_refused(tmp_path):
+    simulate(six_rounds(), tmp_path / "a", progress=False)
+    ckpt = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    del ckpt["config"]
+    torch.save(ckpt, tmp_path / "a" / "checkpoint.pt")
+    with pytest.raises(PfedkitError, match="holds no run config"):
+        simulate(six_rounds(), tmp_path / "a", resume=True, progress=False)
+
+
+def test_the_api_resume_where_there_is_no_run_says_so_and_bad_arguments_are_messages(tmp_path):
+    import pfedkit
+    from pfedkit.errors import ConfigError
+
+    with pytest.raises(PfedkitError, match="no run in .* to resume"):
+        pfedkit.run(synthetic().to_dict(), tmp_path / "none", resume=True, progress=False)
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(ConfigError, match="sections are dicts"):
+        pfedkit.run(synthetic().to_dict(), tmp_path / "x", train=5)
+    with pytest.raises(ConfigError, match="not NoneType"):
+        pfedkit.run(None, tmp_path / "x")
+    with pytest.raises(PfedkitError, match="run folder's path"):
+        pfedkit.load_run(None)

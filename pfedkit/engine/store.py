@@ -220,13 +220,16 @@ def code_change(out: Path, old: Config, new: Config, changes: list[str], accept:
 
 
 def foreign_files(out: Path, config: Config) -> list[str]:
-    """What in the folder a run did not write: a user's own notes or config are never silently replaced."""
+    """What in the folder a run did not write: a user's own notes, config or result-named files (a summary.json of
+    their own) are never silently replaced. A result name counts as pfedkit's only beside a config.toml it wrote."""
+    saved = out / "config.toml"
+    ours = saved.exists() and config_is_ours(saved, config)
     foreign = []
     for path in sorted(out.iterdir()):
         if path.name == "config.toml":
-            if not config_is_ours(path, config):
+            if not ours:
                 foreign.append(path.name)
-        elif not (path.name in RUN_FILES or path.name.startswith(".pfedkit") or STALE.match(path.name)):
+        elif not ((path.name in RUN_FILES and ours) or path.name.startswith(".pfedkit") or STALE.match(path.name)):
             foreign.append(path.name)
     return foreign
 
@@ -252,8 +255,11 @@ def check_belongs(out: Path, ckpt: dict[str, Any], config: Config, accept_code_c
     the runs differ: resumed, it would mix that run's state into this run's results. (Other method code, accepted,
     was recorded when the run folder was prepared.)"""
     saved = ckpt.get("config")
-    if not isinstance(saved, dict):
-        return  # written before checkpoints held their config: nothing to compare
+    if not isinstance(saved, dict):  # every checkpoint holds its run's config: without one, whose it is is unknown
+        raise PfedkitError(
+            f"{out / CHECKPOINT} holds no run config, so nothing says it is this run's; put this run's own checkpoint "
+            "back, or start a new --out"
+        )
     try:
         theirs = build_config(saved)
     except Exception:
