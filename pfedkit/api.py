@@ -70,7 +70,8 @@ def load_run(folder: "str | Path") -> RunResults:
     """The run in `folder` (finished or still training): config.toml, summary.json and metrics.csv as numbers."""
     from pfedkit.config import read_toml
     from pfedkit.errors import PfedkitError
-    from pfedkit.io import read_csv, read_json
+    from pfedkit.io import read_json
+    from pfedkit.reports.tables import run_metrics
 
     if not isinstance(folder, (str, Path)):
         raise PfedkitError(f"load_run takes a run folder's path, not {type(folder).__name__}")
@@ -81,6 +82,6 @@ def load_run(folder: "str | Path") -> RunResults:
     def number(value: str) -> Optional[float]:
         return None if value in ("", None) else float(value)
 
-    metrics = [{k: number(v) for k, v in row.items()} for row in read_csv(folder / "metrics.csv")]
+    metrics = [{k: number(v) for k, v in row.items()} for row in run_metrics(folder)]
     summary = read_json(folder / "summary.json", "summary") if (folder / "summary.json").exists() else None
     return RunResults(folder, read_toml(folder / "config.toml"), summary, metrics)

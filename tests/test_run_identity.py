@@ -374,3 +374,34 @@ def test_the_api_resume_where_there_is_no_run_says_so_and_bad_arguments_are_mess
         pfedkit.run(None, tmp_path / "x")
     with pytest.raises(PfedkitError, match="run folder's path"):
         pfedkit.load_run(None)
+
+
+def test_a_client_state_copied_over_another_clients_or_without_its_wrapper_is_refused(tmp_path):
+    simulate(six_rounds(client_state="disk"), tmp_path, progress=False)
+    longer = synthetic(train={"rounds": 8}, run={"checkpoint_every": 3, "client_state": "disk"})
+    states = tmp_path / "client-state"
+    shutil.copy(states / "client-2" / "after-5.pt", states / "client-3" / "after-5.pt")  # same run, another client
+    with pytest.raises(PfedkitError, match="client-3/after-5.pt is client 2's, not client 3's"):
+        simulate(longer, tmp_path, resume=True, progress=False)
+    stored = torch.load(states / "client-2" / "after-5.pt", weights_only=True)
+    torch.save(stored["state"], states / "client-3" / "after-5.pt")  # the bare state, its identity stripped
+    with pytest.raises(PfedkitError, match="does not say which run and client it belongs to"):
+        simulate(longer, tmp_path, resume=True, progress=False)
+
+
+def test_a_finished_runs_metrics_cut_short_or_damaged_are_refused_wherever_they_are_read(tmp_path):
+    import pfedkit
+    from pfedkit.reports.tables import headline_curve
+
+    simulate(six_rounds(), tmp_path / "run", progress=False)
+    metrics = tmp_path / "run" / "metrics.csv"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(lines[:3]) + "\n")  # a truncated copy: rounds 0 and 1 of 6
+    for read in (lambda: pfedkit.load_run(tmp_path / "run"), lambda: headline_curve(tmp_path / "run")):
+        with pytest.raises(PfedkitError, match=r"holds rounds 0..1 \(2 rows\) but .*summary.json says .* 6 rounds"):
+            read()
+    result = CliRunner().invoke(main, ["curves", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "cut short" in result.output
+    metrics.write_text("\n".join([lines[0], lines[1].replace(lines[1].split(",")[1], "oops", 1), *lines[2:]]) + "\n")
+    with pytest.raises(PfedkitError, match="acc 'oops' .* is not a number"):
+        pfedkit.load_run(tmp_path / "run")

@@ -24,7 +24,8 @@ from pfedkit.records import State
 VERSION = re.compile(r"^after-(\d+)\.pt$")
 
 
-RUN, STATE = "run", "state"  # a saved version: {"run": the run's identity, "state": the client's state}
+# a saved version: {"run": the run's identity, "client": whose state it is, "state": the client's state}
+RUN, CLIENT, STATE = "run", "client", "state"
 
 
 class ClientStateStore:
@@ -32,7 +33,8 @@ class ClientStateStore:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", run_key):
             raise PfedkitError(f"run key {run_key!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
         self.folder = Path(root).expanduser() / run_key / f"client-{cid}"
-        self.run_id = run_id  # checked on every read when given: a file of another run is refused
+        self.cid = cid
+        self.run_id = run_id  # checked on every read when given: a file of another run, or client, is refused
 
     def versions(self) -> list[int]:
         if not self.folder.is_dir():
@@ -49,12 +51,23 @@ class ClientStateStore:
             return None, -1
         path = self.path(older[-1])
         stored = read_state(path)
-        if set(stored) == {RUN, STATE}:  # written with the identity of its run
+        wrapped = set(stored) in ({RUN, STATE}, {RUN, CLIENT, STATE})  # written with the identity of its run
+        if self.run_id and not wrapped:
+            raise PfedkitError(
+                f"client state {path} does not say which run and client it belongs to (every state this run writes "
+                "does): restore this run's own client-state folder, or start a new --out"
+            )
+        if wrapped:
             if self.run_id and stored[RUN] != self.run_id:
                 raise PfedkitError(
                     f"client state {path} was written by another run (run identity {stored[RUN]}, this "
                     f"run's {self.run_id}): it does not belong here; restore this run's own client-state "
                     "folder, or start a new --out"
+                )
+            if stored.get(CLIENT, self.cid) != self.cid:
+                raise PfedkitError(
+                    f"client state {path} is client {stored[CLIENT]}'s, not client {self.cid}'s (a file copied over "
+                    "another): restore this run's own client-state folder, or start a new --out"
                 )
             stored = stored[STATE]
         return stored, older[-1]
@@ -64,7 +77,7 @@ class ClientStateStore:
         import io
 
         buf = io.BytesIO()
-        torch.save({RUN: self.run_id, STATE: state} if self.run_id else state, buf)
+        torch.save({RUN: self.run_id, CLIENT: self.cid, STATE: state} if self.run_id else state, buf)
         path = self.path(after_round)
         atomic_write_bytes(path, buf.getvalue())
         older = [v for v in self.versions() if v < keep_from]
@@ -76,7 +89,7 @@ class ClientStateStore:
 def read_state(path: Path) -> State:
     """torch.load, then a young-generation collection: the unpickler leaves a reference cycle that would hold the
     loaded tensors until a full collection, and a driver reading hundreds of states a round would pile them up."""
-    state = safe_load(path, "client state", "delete it to start this client afresh, or start a new --out")
+    state = safe_load(path, "client state", "restore the run's client-state folder from a copy, or start a new --out")
     gc.collect(0)
     return state
 

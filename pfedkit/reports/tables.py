@@ -73,11 +73,36 @@ def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int
             .get("point", EvalSection.model_fields["point"].default)
         )
     column = accuracy_column(point)
-    return [
-        (int(r["round"]), float(r[column]))
-        for r in read_csv(run_dir / "metrics.csv")
-        if r.get(column) not in (None, "")
-    ]
+    return [(int(r["round"]), float(r[column])) for r in run_metrics(run_dir) if r.get(column) not in (None, "")]
+
+
+def run_metrics(run_dir: Path) -> list[dict[str, str]]:
+    """A run's metrics.csv rows, checked: every round and accuracy a number, and in a finished run (summary.json) one
+    row for each round 0..R that summary.json says it ran; a file cut short or replaced is refused, not read."""
+    from pfedkit.errors import PfedkitError
+
+    path = run_dir / "metrics.csv"
+    rows = read_csv(path)
+    for row in rows:
+        for key in ("round", "acc", "acc_after"):
+            value = row.get(key)
+            try:
+                float(value) if value not in (None, "") else None
+            except ValueError:
+                raise PfedkitError(
+                    f"{path}: {key} {value!r} in the row of round {row.get('round')!r} is not a number; the file is "
+                    "damaged: restore it, or run the run again"
+                ) from None
+    if (run_dir / "summary.json").exists():
+        rounds = summary_of(run_dir).get("rounds")
+        ran = [int(float(r["round"])) for r in rows]
+        if isinstance(rounds, int) and ran != list(range(rounds + 1)):
+            last = ran[-1] if ran else "no row"
+            raise PfedkitError(
+                f"{path} holds rounds 0..{last} ({len(ran)} rows) but {run_dir / 'summary.json'} says the run finished "
+                f"{rounds} rounds: the file was cut short or replaced; restore it, or run the run again"
+            )
+    return rows
 
 
 def window_means(curve: Sequence[tuple[int, float]], window: int) -> list[tuple[int, int, float]]:
