@@ -268,11 +268,58 @@ def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(t
     assert done.exit_code == 0, done.output
     assert "`heart-table1#7`" in done.output and "no verdict without a noise floor" in done.output
     document = tmp_path / "doc.md"
-    document.write_text(f"before\n{CLAIMS_BEGIN}\nold\n{CLAIMS_END}\nafter\n")
+    document.write_text(f"before\n{CLAIMS_BEGIN}\nSTALE-TABLE-TEXT\n{CLAIMS_END}\nafter\n")
     args = ["reproduce", "--claims", "--out", str(tmp_path / "results"), "--update", str(document)]
     assert runner.invoke(main, args).exit_code == 0
     text = document.read_text()
-    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text and "heart-table1#7" in text
+    assert (
+        text.startswith("before\n")
+        and text.endswith("after\n")
+        and "STALE-TABLE-TEXT" not in text
+        and "heart-table1#7" in text
+    )
     document.write_text("no markers\n")
     refused = runner.invoke(main, args)
     assert refused.exit_code != 0 and "markers" in refused.output and document.read_text() == "no markers\n"
+
+
+def test_rule_3_of_several_floors_the_one_measured_nearest_the_rows_accuracy_applies(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50)  # the pair's level: 54%
+    near = Evidence(tmp_path, 5, floor=5.0, floor_at=10.0, more_floors=((0.4, 55.0),))
+    assert judge(ABOVE, near).verdict == HOLDS  # 0.4 at 55% bounds them, not 5.0 at 10%
+    far = Evidence(tmp_path, 5, floor=0.4, floor_at=10.0, more_floors=((0.4, 80.0),))
+    assert judge(ABOVE, far).verdict == UNSURE and "nearest was measured at" in judge(ABOVE, far).detail
+
+
+def test_every_claim_has_a_line_a_claim_without_runs_or_without_a_column_says_why(tmp_path):
+    from pfedkit.experiments.suite import Column, Scale, Suite
+
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    suite = Suite(
+        name="toy",
+        paper="Toy paper",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col"), "other": Column("other")},
+        rows=("a", "b"),
+        scales={"small": Scale({}, 0, "small")},
+        claims=(
+            {"text": "a above b in other", "column": "other", "rows": ["a", "b"]},
+            {"text": "a costs less", "not_run": "a cost: not judged here"},
+        ),
+    )
+    lines = claims_table_in(tmp_path, suite)
+    body = "\n".join(lines)
+    assert "| a above b in other | - | not run | no finished runs of a, b in column other" in body
+    assert "--columns other --rows a,b` runs them" in body
+    assert "| a costs less | - | not run | a cost: not judged here |" in body
+
+
+def claims_table_in(folder: Path, suite) -> list[str]:
+    """The claims table of one suite whose small-scale results are in `folder`."""
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = folder.parent / "results"
+    root.mkdir(exist_ok=True)
+    (root / "toy").symlink_to(folder, target_is_directory=True)
+    return claims_table(root, [suite])

@@ -64,15 +64,18 @@ class Evidence:
     floor: Optional[float] = None  # standard deviation (points) of one config's result over repeats
     floor_at: Optional[float] = None  # the accuracy (%) of the runs the floor was measured on; None: not known
     column_keys: Mapping[str, frozenset] = field(default_factory=dict)  # config keys each column changes
+    more_floors: tuple[tuple[float, float], ...] = ()  # further (floor, accuracy) pairs, measured at other levels
 
     def floor_for(self, accuracies: Sequence[float]) -> tuple[Optional[float], str]:
-        """Rule 3: the floor, where it was measured near these accuracies; else None and why not."""
-        if self.floor is None:
+        """Rule 3: the floor measured nearest these accuracies, where near enough (FLOOR_REACH); else None and why."""
+        floors = ([(self.floor, self.floor_at)] if self.floor is not None else []) + list(self.more_floors)
+        if not floors:
             return None, "none measured at this scale"
         level = statistics.fmean(accuracies)
-        if self.floor_at is not None and abs(level - self.floor_at) > FLOOR_REACH:
-            return None, f"the suite's was measured at {self.floor_at:.1f}%, far from these rows' {level:.1f}%"
-        return self.floor, ""
+        floor, at = min(floors, key=lambda f: abs(level - f[1]) if f[1] is not None else 0.0)
+        if at is not None and abs(level - at) > FLOOR_REACH:
+            return None, f"the suite's nearest was measured at {at:.1f}%, far from these rows' {level:.1f}%"
+        return floor, ""
 
     def point(self, claim: Mapping[str, Any]) -> Optional[str]:
         """Rule 1: the claim's own point, else the paper's as the suite declares it, else each run's own."""
@@ -364,6 +367,8 @@ KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
 
 
 def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    if "not_run" in claim:  # stated for the record: nothing here can judge it (its line says why)
+        return Judgement(NOT_RUN, "-", str(claim["not_run"]))
     return KINDS[claim.get("kind", "above")](claim, evidence)
 
 

@@ -440,11 +440,21 @@ def suite_evidence(suite: Suite, out: Path) -> tuple[Evidence, str]:
         source = SUITES[suite.noise["suite"]]
         scale = next((s for s in suite.scales if out.name == results_folder(suite.name, s)), "small")
         folder = out.parent / results_folder(source.name, scale)
-    floor, text, level = measured_floor(source.noise, [folder], k, suite.paper_point)
+    measured = [measured_floor(noise, [folder], k, suite.paper_point) for noise in noise_entries(source.noise)]
+    found = [(f, level) for f, _, level in measured if f is not None]
+    floor, level = found[0] if found else (None, None)
+    text = "; ".join(t for _, t, _ in measured) if measured else "no noise rows in the suite"
     if source is not suite:
         text += f", borrowed from suite {source.name} (the same setting)"
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
-    return Evidence(out, k, suite.paper_point, floor, level, column_keys), text
+    return Evidence(out, k, suite.paper_point, floor, level, column_keys, tuple(found[1:])), text
+
+
+def noise_entries(noise: Any) -> list[Mapping[str, Any]]:
+    """A suite's noise rows: one {column, rows}, or a list of them (floors at several accuracies)."""
+    if not noise:
+        return []
+    return list(noise) if isinstance(noise, (list, tuple)) else [noise]
 
 
 def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
@@ -463,10 +473,14 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
         for scale, (_, text) in evidence.items():  # each scale's own floor
             floors.append(f"- {suite.name}" + ("" if scale == "small" else f" ({scale})") + f": {text}")
         for number, claim in enumerate(suite.claims, 1):
+            judged = 0
             for scale, (judged_on, _) in evidence.items():
+                if "not_run" in claim:
+                    break
                 judgement = judge(claim, judged_on)
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     continue
+                judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
                 verdict = f"**{judgement.verdict}**"
                 detail = judgement.detail.replace("|", "/")
@@ -474,7 +488,25 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                     f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
                     f"| {scale}, {rounds} | `{claim_id(suite, number, scale)}` |"
                 )
+            if not judged:  # every claim of the papers has a line: one not run says why
+                lines.append(
+                    f"| {suite.paper.split()[0]} | {claim['text']} | - | not run | {not_run_reason(suite, claim)} "
+                    f"| - | `{claim_id(suite, number, 'small')}` |"
+                )
     return lines + (["", "Noise floors (rule 3), per suite:", "", *floors] if floors else [])
+
+
+def not_run_reason(suite: Suite, claim: Mapping[str, Any]) -> str:
+    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command."""
+    if "not_run" in claim:
+        return str(claim["not_run"]).replace("|", "/")
+    rows = claim.get("rows") or [claim.get("row"), *claim.get("over", [])]
+    columns = [c for c in (claim.get("column"), claim.get("reference")) if c]
+    return (
+        f"no finished runs of {', '.join(r for r in rows if r)} in column {' and '.join(columns)}; "
+        f"`python benchmarks/reproduce.py {suite.name} --columns {','.join(columns)} --rows "
+        f"{','.join(dict.fromkeys(r for r in rows if r))}` runs them"
+    )
 
 
 def claim_id(suite: Suite, number: int, scale: str) -> str:

@@ -38,9 +38,11 @@ SCALE_KEYS = {"about", "round_s", "changes", "row_changes", "pretrain"}
 # differ (what the paper says differs), beyond the methods themselves
 CLAIM_KEYS = {
     "above": {"text", "column", "rows", "point", "differ_in"},
-    "within": {"kind", "text", "column", "row", "reference", "points", "label", "point"},
+    "within": {"kind", "text", "column", "row", "reference", "points", "label", "point", "differ_in"},
     "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
     "number": {"kind", "text", "column", "row", "value", "points", "point"},
+    # a claim of the paper no column here can judge (a cost, a parameter count, a setting not run): its line says why
+    "unjudged": {"kind", "text", "not_run"},
 }
 
 
@@ -87,7 +89,7 @@ def suite_from_toml(path: Path) -> Suite:
                 f"{path} [scales.{key}]: a scale's pretrain changes the suite's [pretrain], which it has not"
             )
     for claim in data.get("claims", ()):
-        kind = claim.get("kind", "above")
+        kind = claim.get("kind", "unjudged" if "not_run" in claim else "above")
         if kind not in CLAIM_KEYS:
             raise ConfigError(f"{path}: claim {claim.get('text')!r} has kind {kind!r}; kinds: {', '.join(CLAIM_KEYS)}")
         _check(claim, CLAIM_KEYS[kind] | {"kind"}, f"{path} claim {claim.get('text')!r}")
@@ -98,15 +100,16 @@ def suite_from_toml(path: Path) -> Suite:
             "the paper's numbers are read at)"
         )
     noise = data.get("noise")
-    if noise is not None:
-        _check(noise, {"column", "rows", "suite"}, f"{path} noise")
-        if "suite" in noise:  # measured in another suite of the same setting (checked when the floor is read)
-            if set(noise) != {"suite"}:
+    for entry in noise if isinstance(noise, list) else [noise] if noise is not None else []:
+        _check(entry, {"column", "rows", "suite"}, f"{path} noise")
+        if "suite" in entry:  # measured in another suite of the same setting (checked when the floor is read)
+            if set(entry) != {"suite"} or isinstance(noise, list):
                 raise ConfigError(f"{path}: noise = {{suite = ...}} borrows that suite's floor; give nothing else")
-        elif noise.get("column") not in columns or len(noise.get("rows", ())) < 2 or set(noise["rows"]) - set(rows):
+        elif entry.get("column") not in columns or len(entry.get("rows", ())) < 2 or set(entry["rows"]) - set(rows):
             raise ConfigError(
                 f"{path}: noise needs a column of the suite and two or more of its rows (repeats of one "
-                "config differing only in run.repeat), or suite = NAME to borrow another suite's floor"
+                "config differing only in run.repeat), a list of such (floors at several accuracies), or "
+                "suite = NAME to borrow another suite's floor"
             )
     return Suite(
         name=data["name"],
