@@ -111,8 +111,12 @@ def run(
         if not resume:
             raise click.UsageError("give a CONFIG file, or --resume to continue the run in --out")
         if not saved.exists():
+            started = any((Path(out) / name).exists() for name in ("checkpoint.pt", "metrics.csv"))
             raise PfedkitError(
-                f"there is no run in {out} to resume (no config.toml there); start one with "
+                f"{out} holds a run without its config.toml: resume it with the config it was started with, "
+                f"`pfedkit run CONFIG --out {out} --resume`"
+                if started
+                else f"there is no run in {out} to resume (no config.toml there); start one with "
                 f"`pfedkit run CONFIG --out {out}`"
             )
         config = str(saved)

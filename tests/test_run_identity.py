@@ -405,3 +405,17 @@ def test_a_finished_runs_metrics_cut_short_or_damaged_are_refused_wherever_they_
     metrics.write_text("\n".join([lines[0], lines[1].replace(lines[1].split(",")[1], "oops", 1), *lines[2:]]) + "\n")
     with pytest.raises(PfedkitError, match="acc 'oops' .* is not a number"):
         pfedkit.load_run(tmp_path / "run")
+
+
+def test_misleading_advice_is_gone_more_clients_than_samples_and_a_deleted_config(tmp_path):
+    from pfedkit.data.federated import build_federated
+    from pfedkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="use fewer clients") as caught:
+        build_federated(synthetic(partition={"clients": 2000}, data={"fraction": 1.0}))
+    assert "data.fraction of at least" not in str(caught.value)
+    simulate(six_rounds(), tmp_path, progress=False)
+    (tmp_path / "config.toml").unlink()
+    result = CliRunner().invoke(main, ["run", "--out", str(tmp_path), "--resume"])
+    assert result.exit_code == 2 and "holds a run without its config.toml" in result.output
+    assert f"pfedkit run CONFIG --out {tmp_path} --resume" in result.output

@@ -40,7 +40,9 @@ def test_curves_of_many_rows_never_draw_two_lines_alike(tmp_path, monkeypatch):
 
 def test_rows_outside_a_column_show_n_a_even_when_no_column_runs_them(tmp_path):
     fake_run(tmp_path / "x" / "a" / "seed0", [0.1, 0.5, 0.5], 2)
-    fake_run(tmp_path / "y" / "b" / "seed0", [0.1, 0.6, 0.6, 0.6], 3)  # rows of different lengths: labels name the rounds
+    fake_run(
+        tmp_path / "y" / "b" / "seed0", [0.1, 0.6, 0.6, 0.6], 3
+    )  # rows of different lengths: labels name the rounds
     lines, rounds = paper_table(
         tmp_path, {"x": "X", "y": "Y"}, ["a", "b", "c"], {}, column_rows={"x": ("a",), "y": ("b",)}
     )

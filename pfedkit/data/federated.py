@@ -143,10 +143,15 @@ def build_federated(config: Config, source: DataSource | None = None) -> Federat
     source = keep_fraction(source, config.data.fraction, config.run.seed)
     if len(source.train_y) < config.partition.clients:
         smallest = config.partition.clients / max(total, 1)
+        fix = (
+            f"use a data.fraction of at least {smallest:.2g} (a few times that for a useful run)"
+            if smallest <= 1
+            else f"all {total} of them are fewer than that: use fewer clients (at most {total}, far fewer for a "
+            "useful run) or a larger data set"
+        )
         raise ConfigError(
             f"data.fraction = {config.data.fraction:g} keeps {len(source.train_y)} of the {total} training "
-            f"samples of {config.data.dataset}, fewer than partition.clients = {config.partition.clients}; "
-            f"use a data.fraction of at least {smallest:.2g} (a few times that for a useful run)"
+            f"samples of {config.data.dataset}, fewer than partition.clients = {config.partition.clients}; {fix}"
         )
     source, server = split_server_data(config.proxy, source, config.run.seed, config.data.root)
     part, seed = config.partition, config.run.seed
