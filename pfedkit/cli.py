@@ -22,11 +22,12 @@ def with_root(overrides: tuple[str, ...], root: Optional[str]) -> list[str]:
     return list(overrides) + ([f"data.root={json.dumps(root)}"] if root else [])
 
 
-def parse_seeds(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
-    """--seeds 0,1,2 as a list of integers, each once (a seed given twice would be counted twice in a mean)."""
+def parse_seeds(ctx: click.Context, param: click.Parameter, text: str, none_allowed: bool = False) -> list[int]:
+    """--seeds 0,1,2 as a list of integers, each once (a seed given twice would be counted twice in a mean); none
+    only where `none_allowed` (tune's test seeds)."""
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
-        if not seeds:
+        if not seeds and not none_allowed:
             raise ValueError
     except ValueError:
         raise click.BadParameter(f"{text!r}: seeds are integers, e.g. 0,1,2") from None
@@ -39,6 +40,10 @@ def parse_seeds(ctx: click.Context, param: click.Parameter, text: str) -> list[i
             f"{text!r} names seed {', '.join(map(str, twice))} more than once; give each seed once"
         )
     return seeds
+
+
+def parse_seeds_or_none(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
+    return parse_seeds(ctx, param, text, none_allowed=True)
 
 
 def describe_os_error(err: OSError) -> str:
@@ -540,7 +545,7 @@ def reproduce(
     "--seeds",
     default="0",
     show_default=True,
-    callback=parse_seeds,
+    callback=parse_seeds_or_none,
     help="seeds of the test-split re-runs of the best and the default values ('' for none)",
 )
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
