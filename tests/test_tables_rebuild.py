@@ -44,7 +44,8 @@ def test_a_committed_table_rebuilds_from_committed_files(tmp_path, name, scale):
     if not tracked(folder):
         pytest.skip("not a git checkout")
     noise = SUITES[name].noise or {}
-    source = SUITES[noise.get("suite", name)]  # the suite whose noise rows give the floor (this one, or a borrowed one)
+    borrowed = noise.get("suite", name) if isinstance(noise, dict) else name  # a list: floors of its own
+    source = SUITES[borrowed]  # the suite whose noise rows give the floor (this one, or a borrowed one)
     folders = {results_folder(name, s) for s in SUITES[name].scales} | {
         results_folder(source.name, s) for s in source.scales
     }
