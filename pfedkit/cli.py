@@ -72,6 +72,9 @@ class Group(click.Group):
             return super().invoke(ctx)
         except PfedkitError as err:
             _fail(err)
+        except KeyboardInterrupt:  # Ctrl-C: the runs keep what their checkpoints hold
+            click.echo("interrupted: every run keeps its last checkpoint; continue with --resume", err=True)
+            sys.exit(130)
         except OSError as err:  # a full disk, a read-only folder: a message, not a traceback (PFEDKIT_DEBUG=1 shows it)
             if os.environ.get("PFEDKIT_DEBUG"):
                 raise

@@ -171,6 +171,67 @@ def test_a_killed_worker_is_a_clear_error_not_a_hang():
             list(executor.run([Task("train", cid, 3, {}, {}, 1) for cid in range(4)]))
 
 
+class _SlowMethod:
+    """Stands in for a method whose update takes long: a worker busy when Ctrl-C comes."""
+
+    training = "code"
+
+    def forget_draws(self):
+        pass
+
+    def local_update(self, payload, client, data, round):
+        time.sleep(60)
+
+
+def test_ctrl_c_stops_the_workers_at_once_and_they_leave_it_to_the_driver():
+    from concurrent.futures import wait
+
+    from pfedkit.engine.workers import Executor, Task, prepared
+
+    executor = Executor(_SlowMethod(), _Clients(), workers=2)
+    from pfedkit.engine.workers import _worker_run
+
+    busy = [executor.pool.submit(_worker_run, prepared(Task("train", cid, 0, {}, {}, 1))) for cid in range(2)]
+    wait(busy, timeout=1.0)  # both workers started, each asleep in its update
+    processes = list(executor.pool._processes.values())
+    assert processes and all(p.is_alive() for p in processes)
+    start = time.monotonic()
+    executor.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # as a `with` block left by Ctrl-C
+    for process in processes:
+        process.join(timeout=5)
+    assert time.monotonic() - start < 5 and not any(p.is_alive() for p in processes)
+    import multiprocessing as mp
+
+    answers = mp.get_context("fork").Queue()
+    child = mp.get_context("fork").Process(target=_reports_sigint_ignored, args=(answers,))
+    child.start()
+    assert answers.get(timeout=30)  # a worker leaves Ctrl-C to the driver
+    child.join(timeout=10)
+
+
+def _reports_sigint_ignored(answers) -> None:
+    from pfedkit.engine.workers import _worker_init
+
+    _worker_init(os.getppid())
+    answers.put(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+
+def test_ctrl_c_is_a_message_and_exit_130_not_a_traceback(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from pfedkit.cli import main
+    from pfedkit.experiments import compare
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "run_comparison", interrupted)
+    config = tmp_path / "c.toml"
+    config.write_text(dump_toml(synthetic().to_dict()))
+    result = CliRunner().invoke(main, ["compare", str(config), "--methods", "fedavg", "--out", str(tmp_path / "c")])
+    assert result.exit_code == 130 and "interrupted" in result.output and "--resume" in result.output
+
+
 def test_official_test_protocol_draws_test_sets_with_each_clients_label_mix(tmp_path):
     import numpy as np
 

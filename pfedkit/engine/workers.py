@@ -10,6 +10,7 @@ import importlib
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import sys
 import time
 from collections import deque
@@ -95,6 +96,7 @@ def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = 
     and puts the data and every model it builds on its device."""
     global _SHARED, _DEVICE
     die_with_parent(parent_pid)  # a killed run leaves no worker behind
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
     torch.set_num_threads(1)
     if shared is not None:
         from pfedkit.registry import import_method_module
@@ -214,16 +216,23 @@ class Executor:
                 "resume the run with --resume, and lower run.workers if memory is short"
             ) from None
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:
+        """Shut the pool down: waiting for its workers, or (`abandon`: an interrupt, Ctrl-C) stopping them at once,
+        as waiting on a pool an interrupt cut off mid-submit can wait forever."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+            pool, self.pool = self.pool, None
+            if abandon:
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+            else:
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "Executor":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        self.close(abandon=kind is not None and not issubclass(kind, Exception))  # KeyboardInterrupt, SystemExit
 
 
 BACKENDS["local"] = Executor
