@@ -186,8 +186,7 @@ def test_head_training_on_cached_features_equals_training_through_the_frozen_bod
 def test_head_training_with_batchnorm_body_goes_through_the_body():
     from torch import nn
 
-    from pfedkit.methods.base import deterministic_body
-    from pfedkit.models.base import SplitModel
+    from pfedkit.models.base import SplitModel, deterministic_body
 
     bn_model = SplitModel(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), nn.Linear(3, 2), 3)
     assert not deterministic_body(bn_model)

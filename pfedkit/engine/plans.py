@@ -64,10 +64,8 @@ def run_phase(method: Method, model: SplitModel, phase: Phase, data: ClientData,
         features, labels = phase.head_inputs
         head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
         return method.fit(head_only, replace(data, train_x=features, train_y=labels), round, parts=("head",), **sgd)
-    if settings.head_alone == "features":  # on features computed once (fit_head decides alike)
+    if phase.head_features:  # on features computed once where Phase.settings allows, else through the frozen body
         return method.fit_head(model, data, round, **sgd)
-    if phase.head_features:  # the head through the frozen body: BatchNorm or augmented inputs
-        return method.fit(model, data, round, parts=("head",), **sgd)
     given, loss = phase.given, phase.loss
 
     def loss_fn(m: SplitModel, x: Any, y: Any) -> Any:

@@ -21,8 +21,8 @@ from torch import nn
 from pfedkit.config import describe_validation_error
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.augment import crop_flip
-from pfedkit.methods.plan import LocalPlan
-from pfedkit.models.base import PARTS, SplitModel, deterministic_body, uses_batchnorm
+from pfedkit.methods.plan import LocalPlan, Phase
+from pfedkit.models.base import PARTS, SplitModel, uses_batchnorm
 from pfedkit.records import ClientData, MethodContext, State
 from pfedkit.seeding import seeded_torch, torch_generator
 
@@ -474,7 +474,8 @@ class Method:
     ) -> float:
         """Train the head alone. With a deterministic body, on features computed once: the same updates
         (up to float rounding) without pushing every batch of every epoch through the frozen body."""
-        if not deterministic_body(model) or self.ctx.train.augment != "none":  # augmented inputs: no fixed features
+        head = Phase(parts=("head",), head_features=True)  # decided as for a plan's phase, in Phase.settings
+        if head.settings(self.ctx.train, model, data.train_x.dim() == 4).head_alone != "features":
             return self.fit(model, data, round, parts=("head",), epochs=epochs, purpose=purpose, **sgd)
         features = compute_features(model, data.train_x)
         head_only = SplitModel(nn.Identity(), model.head, model.feature_dim)
