@@ -11,6 +11,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 from pfedkit.engine.simulation import simulate
 from pfedkit.errors import PfedkitError
@@ -51,25 +52,33 @@ def config(name: str):
     )
 
 
-def main() -> None:
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("--out", default=None)
-    out = args.parse_args().out
+def every_method(run_config: Callable[[str], Any], line: Callable[[str, Path], str], out: Optional[str]) -> None:
+    """Each registered method's 3-round run (`run_config(name)`), one line each from its run folder (`line(name,
+    folder)`), or why it did not run; the lines printed and written to `out`."""
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in sorted(METHODS):
             try:
-                simulate(config(name), Path(tmp) / name, progress=False)
+                simulate(run_config(name), Path(tmp) / name, progress=False)
             except PfedkitError as err:
                 lines.append(f"{name}: not run ({' '.join(str(err).split())[:100]})")
                 continue
-            down = [row["bytes_down"] for row in read_csv(Path(tmp) / name / "metrics.csv")]
-            lines.append(f"{name}: bytes_down per round {' '.join(down)}")
+            lines.append(f"{name}: {line(name, Path(tmp) / name)}")
             print(lines[-1], file=sys.stderr)
     text = "\n".join(lines) + "\n"
     if out:
         Path(out).write_text(text)
     print(text, end="")
+
+
+def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--out", default=None)
+
+    def bytes_down(name: str, folder: Path) -> str:
+        return f"bytes_down per round {' '.join(row['bytes_down'] for row in read_csv(folder / 'metrics.csv'))}"
+
+    every_method(config, bytes_down, args.parse_args().out)
 
 
 if __name__ == "__main__":

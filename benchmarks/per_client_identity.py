@@ -13,18 +13,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broadcast_bytes import config  # noqa: E402
+from broadcast_bytes import config, every_method  # noqa: E402
 
-from pfedkit.engine.simulation import simulate  # noqa: E402
-from pfedkit.errors import PfedkitError  # noqa: E402
 from pfedkit.io import read_csv  # noqa: E402
-from pfedkit.methods import METHODS  # noqa: E402
 
 TIMES = ("train_s", "eval_s")
 
@@ -34,33 +30,26 @@ def digest(rows: list[dict]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def per_client(name: str):
+    """broadcast_bytes' run of `name`, with momentum and weight decay, one client at a time."""
+    cfg = config(name)
+    return cfg.model_copy(
+        update={
+            "train": cfg.train.model_copy(update={"momentum": 0.5, "weight_decay": 1e-4}),
+            "run": cfg.run.model_copy(update={"cohort": "off"}),
+        }
+    )
+
+
+def digests(name: str, folder: Path) -> str:
+    metrics, clients = read_csv(folder / "metrics.csv"), read_csv(folder / "clients.csv")
+    return f"metrics {digest(metrics)} clients {digest(clients)} last loss {metrics[-1]['loss']}"
+
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--out", default=None)
-    out = args.parse_args().out
-    lines = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in sorted(METHODS):
-            cfg = config(name)
-            cfg = cfg.model_copy(
-                update={
-                    "train": cfg.train.model_copy(update={"momentum": 0.5, "weight_decay": 1e-4}),
-                    "run": cfg.run.model_copy(update={"cohort": "off"}),
-                }
-            )
-            try:
-                simulate(cfg, Path(tmp) / name, progress=False)
-            except PfedkitError as err:
-                lines.append(f"{name}: not run ({' '.join(str(err).split())[:100]})")
-                continue
-            metrics = read_csv(Path(tmp) / name / "metrics.csv")
-            clients = read_csv(Path(tmp) / name / "clients.csv")
-            lines.append(f"{name}: metrics {digest(metrics)} clients {digest(clients)} last loss {metrics[-1]['loss']}")
-            print(lines[-1], file=sys.stderr)
-    text = "\n".join(lines) + "\n"
-    if out:
-        Path(out).write_text(text)
-    print(text, end="")
+    every_method(per_client, digests, args.parse_args().out)
 
 
 if __name__ == "__main__":
