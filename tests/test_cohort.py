@@ -260,15 +260,22 @@ def test_captured_steps_replayed_equal_eager_steps_across_rounds_of_changing_coh
     """The capture bookkeeping (static input buffers, stacks kept from round to round, a step shape's key) without
     CUDA: a replayed step is the captured step called on the captured buffers, as a graph replay would be."""
     method, fed = method_for(name, images), federation(images, sizes=[13, 7, 22, 1, 9, 30])
-    replaying = Cohort(method, fed, step_mode="replay")
+    replaying = rounds_captured_against_eager(method, fed, "replay")
+    assert replaying.runner.counts["replayed"] > 0 and replaying.runner.counts["captured"] > 0
+
+
+def rounds_captured_against_eager(method, fed, step_mode: str) -> Cohort:
+    """Three rounds of changing cohorts (all six clients, four, all six) on one Cohort capturing its steps, each
+    round's replies and states checked against a fresh eager cohort's; the capturing cohort, for its counts."""
+    capturing = Cohort(method, fed, step_mode=step_mode)
     for round, clients in ((1, None), (2, [0, 2, 3, 5]), (3, None)):
         tasks = [t for t in round_tasks(method, fed, round=round) if clients is None or t.cid in clients]
-        got = dict(replaying.train(tasks))
+        got = dict(capturing.train(tasks))
         want = dict(Cohort(method, fed).train(tasks))
         for cid in want:
             assert_states_close(got[cid][0], want[cid][0], f"round {round} client {cid} reply")
             assert_states_close(got[cid][1], want[cid][1], f"round {round} client {cid} state")
-    assert replaying.runner.counts["replayed"] > 0 and replaying.runner.counts["captured"] > 0
+    return capturing
 
 
 def test_functional_sgd_equals_torch_sgd_with_momentum_and_weight_decay():
@@ -464,14 +471,7 @@ def test_on_a_gpu_steps_captured_as_cuda_graphs_equal_eager_steps_across_rounds(
     with torch.device("cuda"):
         method = method_for(name, images=True)
         fed = federation(True, sizes=[13, 7, 22, 1, 9, 30]).to(torch.device("cuda"))
-        graphs = Cohort(method, fed, step_mode="cuda-graph")
-        for round, clients in ((1, None), (2, [0, 2, 3, 5]), (3, None)):
-            tasks = [t for t in round_tasks(method, fed, round=round) if clients is None or t.cid in clients]
-            got = dict(graphs.train(tasks))
-            want = dict(Cohort(method, fed).train(tasks))
-            for cid in want:
-                assert_states_close(got[cid][0], want[cid][0], f"round {round} client {cid} reply")
-                assert_states_close(got[cid][1], want[cid][1], f"round {round} client {cid} state")
+        graphs = rounds_captured_against_eager(method, fed, "cuda-graph")
     assert graphs.runner.counts["replayed"] > 0 and "capture_failed" not in graphs.runner.record(), (
         graphs.runner.record()
     )
