@@ -61,12 +61,11 @@ def stack(states: list[State]) -> dict[str, torch.Tensor]:
 
 @dataclass
 class Slot:
-    """One client's local update in a cohort: the run it belongs to, its task, state, data and plan, and where its
-    run's training data start in the cohort's data pool."""
+    """One client's local update in a cohort: the run it belongs to, its task, data and plan (which holds what it
+    starts from), and where its run's training data start in the cohort's data pool."""
 
     run: "Cohort"
     task: Any
-    client: State
     data: ClientData
     plan: LocalPlan
     offset: int = 0
@@ -580,7 +579,7 @@ def train_together(
                     f"{task.cid}; return a LocalPlan, or declare training = 'code'"
                 )
             key = (signatures[index], tuple(p.shape() for p in plan.phases))
-            groups[key].append((index, Slot(cohort, task, client, data, plan)))
+            groups[key].append((index, Slot(cohort, task, data, plan)))
     for members in groups.values():  # clients whose plans differ only in their tensors train together
         members.sort(key=lambda m: (-m[1].data.num_train, m[0], m[1].task.cid))  # the active ones: a prefix
         size = lead.cohort_size or len(members)

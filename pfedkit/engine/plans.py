@@ -93,7 +93,7 @@ class OneTask:
 
 def run_as_cohort_of_one(method: Method, plan: LocalPlan, data: ClientData, round: int) -> dict[str, State]:
     cohort = Cohort(method, OneClient(data))
-    [trained] = cohort.run_plans([Slot(cohort, OneTask(data.cid, round), {}, data, plan)])
+    [trained] = cohort.run_plans([Slot(cohort, OneTask(data.cid, round), data, plan)])
     return trained
 
 
