@@ -149,6 +149,7 @@ class RoundLoop:
     columns: tuple[str, ...] = METRIC_COLUMNS
     method: Method
     num_clients: int
+    together: Optional[Member] = None  # a group of runs this one trains with (a Simulation's, engine/together.py)
 
     def __init__(self, config: Config, out: str | Path, options: RunOptions):
         # the run records every hyper-parameter's value (a default changed later cannot change it) and its method's code
@@ -344,7 +345,7 @@ class RoundLoop:
         try:
             return self._run()
         finally:
-            if getattr(self, "together", None) is not None:
+            if self.together is not None:
                 self.together.leave()
             self.lock.release()
 
