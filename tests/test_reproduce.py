@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -91,6 +92,9 @@ def test_suite_runs_what_it_can_reports_missing_data_and_skips_finished_runs(tmp
     assert calls == []  # every cell had finished
     for kwargs in ({"table_only": True}, {"columns": ["a"]}):  # the table names the missing data whatever ran
         assert "Column gone not run" in run_suite(TINY, out=tmp_path, progress=False, log=logs.append, **kwargs)
+    # a column that ran elsewhere (its data absent here): its table, rebuilt here, does not call it not run
+    shutil.copytree(tmp_path / "b" / "fedavg", tmp_path / "gone" / "fedavg")
+    assert "Column gone not run" not in run_suite(TINY, out=tmp_path, progress=False, table_only=True)
 
 
 def test_bad_rows_and_configs_fail_before_anything_trains(tmp_path):

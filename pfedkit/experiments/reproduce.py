@@ -316,8 +316,8 @@ def run_cells(
         for c, r in suite.cells(list(suite.columns), list(suite.rows))
     }
     missing = missing_by_column(every_cell)  # for the table too, whichever columns this call runs
-    if not train:
-        return missing, {}
+    if not train:  # a table of finished runs: a column whose runs are here ran, whatever data this machine has
+        return {c: problem for c, problem in missing.items() if not has_runs(out / c)}, {}
     cells = suite.cells(columns, rows)
     runs = {
         (c, run_folder(out / c, r, seed)): method_config(every_cell[c, r], suite.method_of(r), seed)
