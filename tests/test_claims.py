@@ -113,6 +113,15 @@ def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config
     assert floor == pytest.approx(2.0) and "3 repeats" in text  # the standard deviation of 50, 52, 48
     assert level == pytest.approx(50.0)
     assert measured_floor(noise, [tmp_path / "missing"], 5, None)[0] is None
+    # a "repeat" that differs in more than its training draws measures that difference, not the noise
+    config = {"train": {"rounds": 19, "lr": 0.1}, "data": {"dataset": "cifar10", "fraction": 0.2}}
+    flat_run(tmp_path / "other" / "r" / "seed0", 0.50, config=config)
+    flat_run(tmp_path / "other" / "r-repeat1" / "seed0", 0.52, config={**config, "run": {"repeat": 1}})
+    noise = {"column": "other", "rows": ["r", "r-repeat1"]}
+    assert measured_floor(noise, [tmp_path], 5, None)[0] == pytest.approx(0.02 * 100 / 2**0.5)
+    flat_run(tmp_path / "other" / "r-repeat2" / "seed0", 0.48, config={**config, "train": {"rounds": 19, "lr": 0.2}})
+    floor, text, _ = measured_floor({**noise, "rows": ["r", "r-repeat1", "r-repeat2"]}, [tmp_path], 5, None)
+    assert floor is None and "train.lr" in text
 
 
 def test_rule_2_every_config_key_on_every_seed_beyond_what_the_claim_names(tmp_path):

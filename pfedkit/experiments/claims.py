@@ -387,9 +387,15 @@ def measured_floor(
         return None, "no noise rows in the suite", None
     for folder in folders:
         by_seed: dict[str, list[float]] = {}
+        configs: dict[str, dict[str, dict[str, Any]]] = {}
         for row in noise["rows"]:
             for run in finished_runs(folder / noise["column"], row):
                 by_seed.setdefault(run.name, []).append(100 * mean_of_last(run, k, point, rounds=True))
+                configs.setdefault(run.name, {})[row] = saved_config(run)
+        # repeats of one config: the runs of a seed may differ in the training draws (run.repeat) and nothing else
+        unlike = [u for seed in sorted(configs) for u in unlike_runs(configs[seed], ("run.repeat",))]
+        if unlike:
+            return None, f"not measured: the noise rows' runs differ in more than run.repeat ({unlike[0]})", None
         spreads = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
         if spreads:
             floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))
