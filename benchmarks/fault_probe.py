@@ -219,12 +219,14 @@ def more_cases(root: Path, case: Callable, interrupts: int) -> None:
     out = root / "unsafe-checkpoint"
     pfedkit("run", "run.toml", "--out", str(out), "--quiet", "--set", "train.rounds=2", cwd=root)
     torch.save({"model": Unsafe(marker)}, out / "checkpoint.pt")
-    answer = pfedkit("run", "--out", str(out), "--resume", "--quiet", "--set", "train.rounds=3", cwd=root)
+    refused = pfedkit("run", "--out", str(out), "--resume", "--quiet", "--set", "train.rounds=3", cwd=root)
+    (out / "checkpoint.pt").unlink()  # the way out the message gives: the run starts again
+    again = pfedkit("run", "--out", str(out), "--resume", "--quiet", "--set", "train.rounds=3", cwd=root)
     case(
-        "an unsafe checkpoint",
-        "pfedkit run --out unsafe-checkpoint --resume",
-        answer,
-        answer[0] == 2 and not marker.exists(),
+        "an unsafe checkpoint, then deleted",
+        "pfedkit run --out unsafe-checkpoint --resume (twice)",
+        (refused[0], refused[1] + "\n" + last_line(again[1])),
+        refused[0] == 2 and not marker.exists() and again[0] == 0,
     )
     base = root / "base"
     pfedkit("run", "run.toml", "--out", str(base), "--quiet", cwd=root)
