@@ -273,6 +273,13 @@ def more_cases(root: Path, case: Callable, interrupts: int) -> None:
             True,
         ),
         ("Ctrl-C (SIGINT to the job) mid-run", (), lambda o: rows_written(o) >= 4, signal.SIGINT, True),
+        (
+            "Ctrl-C during a temporary file's write",
+            ("--set", 'run.client_state="disk"'),
+            lambda o: rows_written(o) >= 2 and partial_file(o),
+            signal.SIGINT,
+            True,
+        ),
         ("SIGTERM to the run's process", (), lambda o: rows_written(o) >= 4, signal.SIGTERM, False),
     )
     for index, (name, sets, when, sig, group) in enumerate(kills):
@@ -282,7 +289,7 @@ def more_cases(root: Path, case: Callable, interrupts: int) -> None:
         sent, code, said = interrupt(proc, lambda: when(out), sig, group)
         resumed = pfedkit("run", "--out", str(out), "--resume", "--quiet", *SLOW, *sets, cwd=root)
         same = numbers(out) == numbers(whole) and len(numbers(whole)) > 0
-        told = code in (130, 2) or sig != signal.SIGINT  # Ctrl-C: a message and exit 130, no traceback
+        told = code == 130 or sig != signal.SIGINT  # Ctrl-C: "interrupted" and exit 130, not a failed write
         answer = (
             resumed[0],
             f"signalled: exit {code}{': ' + last_line(said) if said.strip() else ''}; resumed: "
@@ -360,47 +367,13 @@ def more_cases(root: Path, case: Callable, interrupts: int) -> None:
     rng = random.Random(0)
     codes = []
     cmp = root / "cmp-interrupted"
+    compare = ["compare", "run.toml", "--methods", "fedavg,fedper", "--seeds", "0,1", "--out", str(cmp), "--quiet"]
+    compare += ["--resume", "--set", "run.workers=2", *SLOW[:4], "--set", "train.rounds=30"]
     for _ in range(interrupts):
-        proc = start(
-            [
-                "compare",
-                "run.toml",
-                "--methods",
-                "fedavg,fedper",
-                "--seeds",
-                "0,1",
-                "--out",
-                str(cmp),
-                "--set",
-                "run.workers=2",
-                "--quiet",
-                "--resume",
-                *SLOW[:4],
-                "--set",
-                "train.rounds=30",
-            ],
-            root,
-        )
+        proc = start(compare, root)
         moment = time.monotonic() + rng.uniform(1.0, 12.0)
         codes.append(interrupt(proc, lambda: time.monotonic() > moment, signal.SIGINT, True)[1])
-    finished = pfedkit(
-        "compare",
-        "run.toml",
-        "--methods",
-        "fedavg,fedper",
-        "--seeds",
-        "0,1",
-        "--out",
-        str(cmp),
-        "--set",
-        "run.workers=2",
-        "--quiet",
-        "--resume",
-        *SLOW[:4],
-        "--set",
-        "train.rounds=30",
-        cwd=root,
-    )
+    finished = pfedkit(*compare, cwd=root)
     answer = (finished[0], f"exit codes {codes}; then --resume: exit {finished[0]}")
     case(
         f"Ctrl-C during compare, {interrupts} times",

@@ -10,9 +10,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -25,11 +28,11 @@ def atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY, dir=path.parent)
     os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private; results should read like any other file
     try:
-        with os.fdopen(fd, "wb") as f:
+        with interrupts_deferred(), os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -37,6 +40,26 @@ def atomic_write(path: Path, write) -> None:
             full = shutil.disk_usage(path.parent).free < 2**20
             raise OSError(errno.ENOSPC if full else errno.EIO, f"writing failed ({err})", str(path)) from None
         raise
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """A Ctrl-C during the block is raised when it ends: inside torch.save it would surface as a failed write (torch
+    turns the KeyboardInterrupt into its own RuntimeError), and the file is whole a moment later anyway. Only where
+    Python's own Ctrl-C handler is in place (the main thread of a command; workers ignore SIGINT)."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
 
 
 # the temporary name atomic_write gives a file while writing it: marked as pfedkit's, so that only a file pfedkit began

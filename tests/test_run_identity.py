@@ -253,6 +253,32 @@ def test_a_full_disk_while_saving_is_a_message_not_a_traceback(tmp_path, monkeyp
     assert "disk is full" in describe_os_error(caught.value) and "--resume" in describe_os_error(caught.value)
 
 
+def test_a_ctrl_c_inside_torch_save_is_an_interrupt_after_a_whole_file_not_a_failed_write(tmp_path):
+    import signal
+
+    from pfedkit.io import atomic_write
+
+    class CtrlCOnFirstWrite:  # a file whose first write is interrupted by Ctrl-C, as a terminal sends it
+        def __init__(self, f):
+            self.f, self.sent = f, False
+
+        def write(self, data):
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGINT)
+            return self.f.write(data)
+
+        def flush(self):
+            self.f.flush()
+
+    state = {"w": torch.arange(1000.0)}
+    with pytest.raises(KeyboardInterrupt):  # not torch's RuntimeError, reported as a failed write (issue 60's probe)
+        atomic_write(tmp_path / "checkpoint.pt", lambda f: torch.save(state, CtrlCOnFirstWrite(f)))
+    assert torch.equal(torch.load(tmp_path / "checkpoint.pt", weights_only=True)["w"], state["w"])  # whole
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary left
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C handled as before afterwards
+
+
 # ---- smaller items of issue 53 ----
 def test_the_default_config_runs_on_the_default_data_set(tmp_path, capsys):
     from pfedkit.registry import build_config
