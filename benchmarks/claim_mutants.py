@@ -1,0 +1,160 @@
+"""Issue 61's mutants of the claim rules: each weakens one rule of pfedkit/experiments/claims.py the way the issue's
+holes did (or removes it), and the unit tests of tests/test_claims.py must catch it. For each mutant the script
+copies the package to a scratch folder, applies the change there, runs the rule tests against that copy and prints
+which tests failed; a mutant no test catches is reported as missed (the script then exits 1).
+
+The tests that compare docs/REPRODUCTION.md with the committed runs are left out: the issue's holes change no
+committed verdict, so only the rule tests can catch them.
+
+Usage: python benchmarks/claim_mutants.py [--out benchmarks/results/claim_mutants.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+RULES = "pfedkit/experiments/claims.py"
+NOT_RULE_TESTS = "not document and not prose and not claims_command"
+
+# name -> (what the mutant does, the text of claims.py it replaces, what it puts there)
+MUTANTS = {
+    "M1": (
+        "above: the claimant judged against the strongest other row only (hole 1)",
+        "    for other in others:  # every pair: the claimant against each other row\n",
+        "    for other in sorted(others, key=lambda o: -mean[o])[:1]:\n",
+    ),
+    "M2": (
+        "rule 2 on the first shared seed only (hole 2)",
+        "    for seed in seeds:\n        configs = {}\n",
+        "    for seed in seeds[:1]:\n        configs = {}\n",
+    ),
+    "M3": (
+        "rule 2 on train.rounds, data.* and partition.* only (hole 2)",
+        "            if key in skipped or own or repr(first.get(key)) == repr(theirs.get(key)):\n",
+        "            if not key.startswith(('train.rounds', 'data.', 'partition.')) or key in skipped or own "
+        "or repr(first.get(key)) == repr(theirs.get(key)):\n",
+    ),
+    "M4": (
+        "rule 4 not applied to number claims (hole 3)",
+        "    if verdict != UNSURE and rising and (towards or verdict == HOLDS):\n",
+        "    if False:\n",
+    ),
+    "M5": (
+        "rule 3: several seeds decide without a noise floor (hole 4)",
+        "    if floor is None:\n        return UNSURE,",
+        "    if floor is None and len(excess) < 2:\n        return UNSURE,",
+    ),
+    "M6": (
+        "rule 2: partition.* keys dropped from the checked keys",
+        "            if key in skipped or own or repr(first.get(key)) == repr(theirs.get(key)):\n",
+        "            if key.startswith('partition.') or key in skipped or own "
+        "or repr(first.get(key)) == repr(theirs.get(key)):\n",
+    ),
+    "M7": (
+        "rule 2 removed from margin claims",
+        "        unlike = like_with_like(evidence, [(column, row), (column, other)], shared, claim.get(",
+        "        unlike = [] and len((0,",
+    ),
+    "M8": (
+        "rule 2 removed from within claims",
+        '    if unlike:\n        return Judgement(UNSURE, judges, f"{numbers}; the runs differ in',
+        '    if False:\n        return Judgement(UNSURE, judges, f"{numbers}; the runs differ in',
+    ),
+    "M9": (
+        "number claims decided without a noise floor",
+        "    verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else None, no_floor)\n",
+        "    verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else 1e-9, no_floor)\n",
+    ),
+    "M10": (
+        "rule 3: a floor measured far from the rows' accuracy applies (FLOOR_REACH ignored)",
+        "FLOOR_REACH = 15.0",
+        "FLOOR_REACH = 1e9",
+    ),
+    "M11": (
+        "rule 4 removed from direction claims",
+        "    if verdict == UNSURE or not still_closing(excess, claimant, other):\n",
+        "    if True:\n",
+    ),
+    "M12": (
+        "rule 3: a floor from noise runs that differ in more than run.repeat",
+        "        if unlike:\n            return None, f\"not measured: the noise rows' runs",
+        "        if False:\n            return None, f\"not measured: the noise rows' runs",
+    ),
+    "M13": (
+        "rule 3: the standard error from the spread of the gaps ignored when the floor is smaller",
+        "    return max(between, from_floor or 0.0)\n",
+        "    return from_floor if from_floor is not None else between\n",
+    ),
+}
+
+
+def run_rule_tests(package_root: Path) -> tuple[int, list[str]]:
+    """Run the copy of tests/test_claims.py's rule tests beside the package copy under package_root, from there (so
+    that the copy, not the installed package, is imported); (exit code, failed tests)."""
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", NOT_RULE_TESTS, "tests/test_claims.py"],
+        cwd=package_root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    failed = re.findall(r"FAILED tests/test_claims\.py::(\w+)", done.stdout)
+    return done.returncode, failed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    lines, missed = [], []
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        shutil.copytree(REPOSITORY / "pfedkit", root / "pfedkit")
+        (root / "tests").mkdir()
+        for name in ("tests/test_claims.py", "tests/conftest.py", "pyproject.toml"):
+            if (REPOSITORY / name).exists():
+                shutil.copy(REPOSITORY / name, root / name)
+        rules = root / RULES
+        original = rules.read_text()
+        probe = subprocess.run(
+            [sys.executable, "-c", "import pfedkit; print(pfedkit.__file__)"],
+            env={**os.environ, "PYTHONPATH": str(root)},
+            capture_output=True,
+            text=True,
+            cwd=root.parent,
+        )
+        if not probe.stdout.startswith(str(root)):  # the copy must be the package the tests import
+            sys.exit(f"the scratch copy is not the imported package ({probe.stdout.strip()}); cannot test mutants")
+        code, failed = run_rule_tests(root)
+        lines.append(f"unmutated: exit {code}, {len(failed)} rule tests failed")
+        if code != 0:
+            sys.exit("\n".join(lines))
+        for name, (about, old, new) in MUTANTS.items():
+            if original.count(old) != 1:
+                sys.exit(f"{name}: its text is not found once in {RULES} (the rules changed): update the mutant")
+            rules.write_text(original.replace(old, new))
+            code, failed = run_rule_tests(root)
+            caught = code != 0 and bool(failed)
+            if not caught:
+                missed.append(name)
+            lines.append(f"{name} {about}: {'caught by ' + ', '.join(failed) if caught else 'MISSED'}")
+        rules.write_text(original)
+    lines.append(f"\n{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
