@@ -422,7 +422,14 @@ def main() -> None:
         (root / "run.toml").write_text(CONFIG)
 
         def case(name: str, command: str, answer: tuple[int, str], clean: bool) -> None:
-            results.append((name, command, last_line(answer[1]), clean and "Traceback" not in answer[1]))
+            results.append(
+                (
+                    name,
+                    command,
+                    last_line(answer[1]).replace(str(root), "SCRATCH"),
+                    clean and "Traceback" not in answer[1],
+                )
+            )
 
         # 1. a user's own dotfiles in --out are never taken for a killed write's leftovers
         out = root / "dotfiles"
