@@ -9,9 +9,10 @@
 #     osqp, qdldl) and calmsize, which PFLlib's main.py imports. With the 30 MB of tracked files: 60 MB of the 64 MiB
 #     a call carries.
 # There (device run, carry [".devwheels", ".devdata", ".peers"], timeout_s 560):
-#   bash benchmarks/gpu_speed_device.sh [BUDGET_SECONDS]      (default 400: the benchmark's own limit, after at most
-#   two minutes of wheels and `pytest -m gpu` on tests/test_cohort.py: equality of the cohort, its captured steps and
-#   its runs trained together, on the GPU)
+#   bash benchmarks/gpu_speed_device.sh [BUDGET_SECONDS [GPU_SPEED_OPTIONS...]]      (default 400: the benchmark's own
+#   limit, after at most two minutes of wheels and `pytest -m gpu` on tests/test_cohort.py: equality of the cohort, its
+#   captured steps and its runs trained together, on the GPU). Options go to gpu_speed.py, e.g. a second call for the
+#   methods a first one cut: `... 200 --only fedafk,pgfedsplit,fedpac --pfllib none`; GPU_SPEED_OUT names the folder.
 # Back here: tar xzf /work/.device/<N>/gpu_speed.tgz (in the repository root: benchmarks/results/gpu_speed/), commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,12 +41,12 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devwheels/*.whl \
     || { echo "installing .devwheels failed"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
-out=benchmarks/results/gpu_speed
+out=${GPU_SPEED_OUT:-benchmarks/results/gpu_speed}
 mkdir -p "$out"
 trap 'tar czf "$OUT/gpu_speed.tgz" "$out"' EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/nvidia_smi.txt" 2>&1
 # first the cohort's equality checks on the GPU (tests/test_cohort.py's gpu-marked ones), then the side-by-side
 timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cohort.py > "$out/pytest_gpu.txt" 2>&1
 tail -n 2 "$out/pytest_gpu.txt"
-python3 benchmarks/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-400}" --out "$out" 2>&1 \
+python3 benchmarks/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-400}" --out "$out" "${@:2}" 2>&1 \
     | tee "$out/log.txt"
