@@ -362,7 +362,9 @@ def profile_cohort_round(setting: Setting, fed: FederatedDataset, args: argparse
     busy = sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6 if on_gpu else None
     sort = "self_device_time_total" if on_gpu else "self_cpu_time_total"
     summary = f"one cohort round of FedAvg ({setting.name}): {wall:.3f} s wall" + (
-        f", GPU kernels busy {busy:.3f} s ({busy / wall:.0%} of the wall time)" if busy is not None else ""
+        f", GPU kernel time summed {busy:.3f} s ({busy / wall:.0%} of the wall time; above 100%, kernels overlapped)"
+        if busy is not None
+        else ""
     )
     path.write_text(summary + "\n\n" + events.table(sort_by=sort, row_limit=30) + "\n")
     return summary
