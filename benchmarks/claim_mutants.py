@@ -93,6 +93,11 @@ MUTANTS = {
         "    return max(between, from_floor or 0.0)\n",
         "    return from_floor if from_floor is not None else between\n",
     ),
+    "M14": (
+        "above: every pair cut down to the seeds all the claim's rows share",
+        "    shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}\n",
+        "    shared = dict.fromkeys(others, sorted(set.intersection(*(set(v) for v in results.values()))))\n",
+    ),
 }
 
 

@@ -73,7 +73,9 @@ def test_rule_2_rows_are_compared_only_at_equal_rounds_and_data(tmp_path):
     longer = judge({**ABOVE, "rows": ["a", "d"]}, Evidence(tmp_path, 5, floor=1.0))
     assert longer.verdict == UNSURE and "train.rounds" in longer.detail  # a 40-round row against a 19-round one
     flat_run(tmp_path / "col" / "e" / "seed1", 0.5)  # no seed in common with a
-    assert "no seed finished for every row" in judge({**ABOVE, "rows": ["a", "e"]}, Evidence(tmp_path, 5)).detail
+    assert (
+        "no seed finished for both rows of a pair" in judge({**ABOVE, "rows": ["a", "e"]}, Evidence(tmp_path, 5)).detail
+    )
 
 
 def test_rule_3_between_seeds_the_error_comes_from_the_spread_of_the_gaps():
@@ -156,6 +158,20 @@ def test_above_every_other_judges_each_pair_not_only_the_strongest(tmp_path):
     verdict = judge(three, Evidence(tmp_path, 5, floor=0.1))
     assert verdict.verdict == UNSURE and "gap to c" in verdict.detail  # b (strongest mean) is beaten; c cannot tell
     assert judge({**three, "rows": ["a", "b"]}, Evidence(tmp_path, 5, floor=0.1)).verdict == HOLDS
+
+
+def test_above_every_other_judges_each_pair_on_the_seeds_both_of_its_rows_finished(tmp_path):
+    for folder, seeds in (("three", range(3)), ("one", [0])):
+        for seed in seeds:
+            flat_run(tmp_path / folder / "col" / "a" / f"seed{seed}", 0.500)
+            flat_run(tmp_path / folder / "col" / "b" / f"seed{seed}", 0.498)
+        flat_run(tmp_path / folder / "col" / "c" / "seed0", 0.45)  # a baseline on one seed only
+    claim = {"text": "a above b and c", "column": "col", "rows": ["a", "b", "c"]}
+    verdict = judge(claim, Evidence(tmp_path / "three", 5, floor=0.1))
+    assert verdict.verdict == HOLDS and "gap to b +0.20 on 3 seeds" in verdict.detail
+    # the gap to b (0.20) on seed 0 alone is within two standard errors of one seed (2 x 0.14): c's single seed must
+    # not cut a and b down to it
+    assert judge(claim, Evidence(tmp_path / "one", 5, floor=0.1)).verdict == UNSURE
 
 
 def test_rule_4_for_every_pair_a_weaker_row_still_rising_keeps_the_verdict_open(tmp_path):

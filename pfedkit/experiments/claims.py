@@ -238,7 +238,25 @@ def judge_pair(
     return provisional(verdict, why, statistics.fmean(excess), claimant, other, rows)
 
 
+def means_shown(results: Mapping[str, Mapping[str, float]]) -> str:
+    """Each row's mean on the seeds every row finished, then, for rows with more, on all of theirs (means over unlike
+    seed sets side by side would mislead: a seed fixes the partition)."""
+    common = sorted(set.intersection(*(set(v) for v in results.values())))
+    if not common:
+        return ", ".join(f"{r} {statistics.fmean(v.values()):.2f} ({len(v)} seeds)" for r, v in results.items())
+    label = "" if all(len(v) == len(common) for v in results.values()) else f"on {', '.join(common)}: "
+    shown = label + ", ".join(f"{r} {statistics.fmean(v[s] for s in common):.2f}" for r, v in results.items())
+    more = [(r, v) for r, v in results.items() if len(v) > len(common)]
+    if more:
+        shown += "; on all their seeds: " + ", ".join(
+            f"{r} {statistics.fmean(v.values()):.2f} ({len(v)})" for r, v in more
+        )
+    return shown
+
+
 def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """Every pair, the claimant against each other row, on the seeds both finished (a pair is its own comparison:
+    the leading rows' extra seeds count without waiting for every baseline's)."""
     column, point, first = claim["column"], evidence.point(claim), claim["rows"][0]
     results = {row: evidence.results(column, row, point) for row in claim["rows"]}
     absent = [row for row, seeds in results.items() if not seeds]
@@ -246,20 +264,24 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return Judgement(NOT_RUN, "direction")
     results = {row: seeds for row, seeds in results.items() if seeds}
     others = [row for row in claim["rows"][1:] if row in results]
-    shared = sorted(set.intersection(*(set(v) for v in results.values())))
     partly = f"; not run: {', '.join(absent)}" if absent else ""
-    if not shared:
-        seeds = "; ".join(f"{row}: {', '.join(sorted(v))}" for row, v in results.items())
-        return Judgement(UNSURE, "direction", f"no seed finished for every row ({seeds}){partly}")
-    mean = {row: statistics.fmean(v[s] for s in shared) for row, v in results.items()}
-    numbers = ", ".join(f"{r} {mean[r]:.2f}" for r in results)
-    unlike = like_with_like(evidence, [(column, r) for r in results], shared, claim.get("differ_in", ()))
+    shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}
+    apart = [o for o in others if not shared[o]]
+    if apart:
+        seeds = "; ".join(f"{row}: {', '.join(sorted(results[row]))}" for row in (first, *apart))
+        return Judgement(UNSURE, "direction", f"no seed finished for both rows of a pair ({seeds}){partly}")
+    mean = {row: statistics.fmean(v.values()) for row, v in results.items()}
+    numbers = means_shown(results)
+    unlike: list[str] = []
+    for other in others:
+        pair = like_with_like(evidence, [(column, first), (column, other)], shared[other], claim.get("differ_in", ()))
+        unlike += [u for u in pair if u not in unlike]
     if unlike:
         return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {'; '.join(unlike[:3])}{partly}")
     pairs = {}
     for other in others:  # every pair: the claimant against each other row
-        excess = [results[first][s] - results[other][s] for s in shared]
-        pairs[other] = (*judge_pair(evidence, column, point, (first, other), shared, excess), excess)
+        excess = [results[first][s] - results[other][s] for s in shared[other]]
+        pairs[other] = (*judge_pair(evidence, column, point, (first, other), shared[other], excess), excess)
     verdicts = [v for v, _, _ in pairs.values()]
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
@@ -268,7 +290,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     shown = []
     for other in deciding:
         _, why, excess = pairs[other]
-        per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(shared) > 1 else ""
+        per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(excess) > 1 else ""
         shown.append(f"gap to {other} {why}{per_seed}")
     left = [pairs[o][0] for o in others if o not in deciding]
     counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
