@@ -164,6 +164,8 @@ def describe_training(record: dict) -> str:
         line += f"; cohort steps: {record['step_mode']} ({steps})"
     if "capture_failed" in record:
         line += f"; capture failed, eager instead: {record['capture_failed']}"
+    if tf32 := [part for part, allowed in record.get("tf32", {}).items() if allowed]:
+        line += f"; TF32 allowed for {' and '.join(tf32)}"
     return line
 
 

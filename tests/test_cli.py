@@ -120,3 +120,20 @@ def test_curves_gives_block_means_last_k_and_best_of_a_run_still_training(tmp_pa
     assert after.split("|")[2].strip() == "27.50"
     missing = invoke("curves", tmp_path)
     assert missing.exit_code == 2 and "holds no metrics.csv" in missing.output
+
+
+def test_the_line_on_how_clients_trained_names_paths_steps_and_tf32():
+    from pfedkit.cli import describe_training
+
+    record = {
+        "paths": {"cohort": 20},
+        "step_mode": "cuda-graph",
+        "steps_replayed": 90,
+        "steps_eager": 10,
+        "tf32": {"convolutions": True, "matmul": False},
+    }
+    line = describe_training(record)
+    assert line == (
+        "clients trained: 20 cohort; cohort steps: cuda-graph (10 eager, 90 replayed); TF32 allowed for convolutions"
+    )
+    assert "TF32" not in describe_training({**record, "tf32": {"convolutions": False, "matmul": False}})

@@ -473,6 +473,10 @@ def test_on_a_gpu_a_run_takes_the_cohort_path_by_default_and_ends_where_the_per_
         synthetic(**settings, run={"device": "cuda", "cohort": "off"}), tmp_path / "off", progress=False
     )
     assert abs(on["last_acc"] - off["last_acc"]) <= 0.001 and abs(on["last_acc_after"] - off["last_acc_after"]) <= 0.001
+    assert on["training"]["tf32"] == {
+        "convolutions": torch.backends.cudnn.allow_tf32,
+        "matmul": torch.backends.cuda.matmul.allow_tf32,
+    }
 
 
 @pytest.mark.gpu

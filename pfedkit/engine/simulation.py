@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+import torch
 from tqdm import tqdm
 
 from pfedkit.config import Config, save_config
@@ -640,6 +641,12 @@ class Simulation(RoundLoop):
         record: dict[str, Any] = {"paths": counts["paths"]}
         if self.cohort is not None and counts["paths"].get("cohort"):
             record.update(self.cohort.runner.record())
+        if self.device.type == "cuda":
+            # torch lets cuDNN convolutions round to TF32 by default: the numbers then differ from a CPU's
+            record["tf32"] = {
+                "convolutions": torch.backends.cudnn.allow_tf32,
+                "matmul": torch.backends.cuda.matmul.allow_tf32,
+            }
         return record
 
     def summary_extra(self) -> dict[str, Any]:
