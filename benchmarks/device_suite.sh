@@ -12,7 +12,9 @@
 #   ROWS_AT_ONCE=a,b,c bash benchmarks/device_suite.sh ...   one process per row, all at once: batch-64 FedAvgCNN
 #       leaves most of a GPU idle (six rows at once ran 3.2-3.6 s a round each on an H100, NOTES.md of
 #       benchmarks/results/pgfedsplit_cifar_gpu/); each row's log is packed beside the runs, in .devruns/logs/
-# Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root; then commit the finished cells)
+# Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root), then move .devruns/<suite>[_<scale>]_gpu's
+#   cells into benchmarks/results/ beside the CPU's folder and commit them: the claims table judges them apart, as
+#   `suite#N/gpu` (`suite#N/<scale>-gpu`), with a floor from noise rows run there too (a GPU's numbers are not a CPU's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p /tmp/pylib .devruns/logs
@@ -32,9 +34,13 @@ python3 -c "from pathlib import Path; from pfedkit.data import archives
 for name in archives.ARCHIVES:
     if archives.archive_path(name, Path('.devdata')).is_file(): archives.load_archive(name, Path('.devdata'))"
 trap 'tar czf "$OUT/devruns.tgz" --exclude=checkpoint.pt --exclude=.pfedkit.lock .devruns' EXIT
-run() {
+scale=small
+for ((i = 1; i < $#; i++)); do [ "${!i}" = --scale ] && { next=$((i + 1)); scale=${!next}; }; done
+folder=${suite//-/_}
+[ "$scale" = small ] || folder=${folder}_$scale
+run() {  # the folder the claims table reads as this scale's GPU runs (pfedkit.experiments.reproduce.evidence_folders)
     timeout "$seconds" python3 benchmarks/reproduce.py "$suite" --data-root "$PWD/.devdata" \
-        --out ".devruns/${suite//-/_}_gpu" --set run.device=cuda --quiet "$@"
+        --out ".devruns/${folder}_gpu" --set run.device=cuda --quiet "$@"
 }
 if [ -z "${ROWS_AT_ONCE:-}" ]; then
     run "$@"

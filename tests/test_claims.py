@@ -237,7 +237,7 @@ def test_within_judges_closeness_between_two_columns(tmp_path):
 
 
 BOLD_VERDICT = re.compile(r"\*\*(holds|does not hold|cannot tell)\*\*")
-CITED = re.compile(r"`([a-z0-9-]+#\d+(?:/[a-z]+)?)`")
+CITED = re.compile(r"`([a-z0-9-]+#\d+(?:/[a-z-]+)?)`")
 
 
 def generated_claims(document: str) -> tuple[str, dict[str, str]]:
@@ -348,3 +348,36 @@ def claims_table_in(folder: Path, suite) -> list[str]:
     root.mkdir(exist_ok=True)
     (root / "toy").symlink_to(folder, target_is_directory=True)
     return claims_table(root, [suite])
+
+
+def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.experiments.suite import Column, Scale, Suite
+
+    root = tmp_path / "results"
+    for folder, (a, b) in (("toy", (0.58, 0.50)), ("toy_gpu", (0.50, 0.58))):  # the GPU's runs say the opposite
+        flat_run(root / folder / "col" / "a" / "seed0", a)
+        flat_run(root / folder / "col" / "b" / "seed0", b)
+    noise_rows = ("n", "n-repeat1")
+    for row, value in zip(noise_rows, (0.54, 0.545)):
+        flat_run(root / "toy" / "col" / row / "seed0", value)
+    suite = Suite(
+        name="toy",
+        paper="Toy paper",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col")},
+        rows=("a", "b", *noise_rows),
+        scales={"small": Scale({}, 0, "small")},
+        claims=(ABOVE,),
+        noise={"column": "col", "rows": list(noise_rows)},
+    )
+
+    def line(label: str) -> str:
+        return next(x for x in claims_table(root, [suite]) if x.endswith(f"| `{label}` |"))
+
+    assert "**holds**" in line("toy#1") and "| small, 19 |" in line("toy#1")
+    # the CPU's floor does not bound the GPU's runs (other kernels, TF32): no floor measured there, no verdict
+    assert "**cannot tell**" in line("toy#1/gpu") and "| small (GPU), 19 |" in line("toy#1/gpu")
+    for row, value in zip(noise_rows, (0.54, 0.545)):
+        flat_run(root / "toy_gpu" / "col" / row / "seed0", value)
+    assert "**does not hold**" in line("toy#1/gpu") and "**holds**" in line("toy#1")

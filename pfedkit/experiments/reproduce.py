@@ -424,6 +424,9 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
 CLAIM_RULES = "pfedkit.experiments.claims; docs/REPRODUCTION.md, how a claim is judged"
 
 
+GPU_FOLDER_SUFFIX = "_gpu"  # a scale's runs on a lent GPU (benchmarks/device_suite.sh), judged apart from the CPU's
+
+
 def results_folder(suite: str, scale: str) -> str:
     """<suite> for the small scale, <suite>_<scale> for another (dashes as underscores): each folder holds one scale."""
     return suite.replace("-", "_") + ("" if scale == "small" else f"_{scale}")
@@ -438,8 +441,10 @@ def suite_evidence(suite: Suite, out: Path) -> tuple[Evidence, str]:
         if suite.noise["suite"] not in SUITES:
             raise ConfigError(f"suite {suite.name}: noise.suite {suite.noise['suite']!r} is not a suite")
         source = SUITES[suite.noise["suite"]]
-        scale = next((s for s in suite.scales if out.name == results_folder(suite.name, s)), "small")
-        folder = out.parent / results_folder(source.name, scale)
+        on_gpu = out.name.endswith(GPU_FOLDER_SUFFIX)  # then the floor of the other suite's runs on a GPU
+        name = out.name.removesuffix(GPU_FOLDER_SUFFIX) if on_gpu else out.name
+        scale = next((s for s in suite.scales if name == results_folder(suite.name, s)), "small")
+        folder = out.parent / (results_folder(source.name, scale) + (GPU_FOLDER_SUFFIX if on_gpu else ""))
     measured = [measured_floor(noise, [folder], k, suite.paper_point) for noise in noise_entries(source.noise)]
     found = [(f, level) for f, _, level in measured if f is not None]
     floor, level = found[0] if found else (None, None)
@@ -457,6 +462,21 @@ def noise_entries(noise: Any) -> list[Mapping[str, Any]]:
     return list(noise) if isinstance(noise, (list, tuple)) else [noise]
 
 
+def evidence_folders(suite: Suite, root: Path) -> dict[str, tuple[str, Path]]:
+    """label -> (scale, folder): each scale's results folder, and beside it the same scale's runs on a GPU (label
+    "gpu", or "<scale>-gpu"): a GPU's numbers differ from a CPU's (TF32, other kernels), so they are compared only
+    among themselves, with a floor measured there."""
+    folders = {}
+    for scale in suite.scales:
+        folder = root / results_folder(suite.name, scale)
+        folders[scale] = (scale, folder)
+        folders["gpu" if scale == "small" else f"{scale}-gpu"] = (
+            scale,
+            folder.with_name(folder.name + GPU_FOLDER_SUFFIX),
+        )
+    return folders
+
+
 def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
     """The generated table of where each paper's claims stand: one line per claim and scale whose results folder
     under `root` holds runs (`results_folder`), judged by the rules of `experiments.claims`."""
@@ -468,13 +488,15 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
     for suite in suites:
         if not suite.claims:
             continue
-        folders = {scale: root / results_folder(suite.name, scale) for scale in suite.scales}
-        evidence = {scale: suite_evidence(suite, out) for scale, out in folders.items() if has_runs(out)}
-        for scale, (_, text) in evidence.items():  # each scale's own floor
-            floors.append(f"- {suite.name}" + ("" if scale == "small" else f" ({scale})") + f": {text}")
+        folders = evidence_folders(suite, root)
+        evidence = {
+            label: (scale, *suite_evidence(suite, out)) for label, (scale, out) in folders.items() if has_runs(out)
+        }
+        for label, (scale, _, text) in evidence.items():  # each folder's own floor
+            floors.append(f"- {suite.name}" + ("" if label == "small" else f" ({label})") + f": {text}")
         for number, claim in enumerate(suite.claims, 1):
             judged = 0
-            for scale, (judged_on, _) in evidence.items():
+            for label, (scale, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
                 judgement = judge(claim, judged_on)
@@ -482,11 +504,12 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                     continue
                 judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
+                where = scale + (" (GPU)" if label != scale else "")
                 verdict = f"**{judgement.verdict}**"
                 detail = judgement.detail.replace("|", "/")
                 lines.append(
                     f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
-                    f"| {scale}, {rounds} | `{claim_id(suite, number, scale)}` |"
+                    f"| {where}, {rounds} | `{claim_id(suite, number, label)}` |"
                 )
             if not judged:  # every claim of the papers has a line: one not run says why
                 lines.append(
