@@ -98,6 +98,11 @@ MUTANTS = {
         "    shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}\n",
         "    shared = dict.fromkeys(others, sorted(set.intersection(*(set(v) for v in results.values()))))\n",
     ),
+    "M15": (
+        "count: the paper's rounding ignored",
+        "    ours = round(trainable / 1e6, decimals)\n",
+        "    ours = trainable / 1e6\n",
+    ),
 }
 
 

@@ -381,3 +381,13 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     for row, value in zip(noise_rows, (0.54, 0.545)):
         flat_run(root / "toy_gpu" / "col" / row / "seed0", value)
     assert "**does not hold**" in line("toy#1/gpu") and "**holds**" in line("toy#1")
+
+
+def test_a_parameter_count_is_matched_at_the_precision_the_paper_gives_it():
+    claim = {"kind": "count", "text": "t", "model": "mlp", "input_shape": [1, 28, 28], "num_classes": 10}
+    # 784 x 128 + 128, 128 x 128 + 128, 128 x 10 + 10: 118,282 trainable parameters
+    got = judge({**claim, "millions": 0.12}, None)
+    assert got.verdict == HOLDS and "118,282" in got.detail
+    assert judge({**claim, "millions": 0.118}, None).verdict == HOLDS
+    assert judge({**claim, "millions": 0.11}, None).verdict == FAILS
+    assert judge({**claim, "millions": 0.12, "options": {"hidden": 64}}, None).verdict == FAILS  # 55,050

@@ -2,17 +2,19 @@
 function here, so that no verdict can contradict them. docs/REPRODUCTION.md's claims table is generated from them
 (`pfedkit reproduce --claims`).
 
-Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, against the
-strongest of them. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points.
+Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, each pair on
+its own. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points.
 "within" judges closeness: `row` in `column` within `points` of the same row in the `reference` column; "number"
-judges a match: `row` within `points` of a paper's number `value` (one run against a constant: the floor counts once).
+judges a match: `row` within `points` of a paper's number `value` (one run against a constant: the floor counts once);
+"count" a parameter count: the trainable parameters of a `model` built here against the paper's `millions`, at the
+paper's precision (no runs and no noise: rules 1-4 do not apply).
 Every kind compares the mean accuracy of the evaluations in each run's last k rounds (the same stretch of training
 for a row evaluated every round and an FT row evaluated every 5). The rules:
 
 1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
    numbers (`paper_point`), else at each run's own.
-2. Like with like: rows are compared on the seeds every one of them finished (a seed fixes the partition and the
-   sampled clients), and only if their runs agree, on every one of those seeds, on every config key beyond what
+2. Like with like: two rows are compared on the seeds both finished (a seed fixes the partition and the sampled
+   clients), and only if their runs agree, on every one of those seeds, on every config key beyond what
    `differ_in` names (where a run is kept, and two different methods' own hyper-parameters, aside; a "within"
    claim's two columns may differ in what the columns change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
@@ -380,11 +382,33 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     )
 
 
+def count(claim: Mapping[str, Any], evidence: Optional[Evidence] = None) -> Judgement:
+    """The trainable parameters (requires_grad) of the model the claim names, built as a run builds it, against the
+    paper's count in millions rounded as the paper rounds it (1.46 -> two decimals)."""
+    from pfedkit.models import build_model
+
+    model = build_model(
+        claim["model"], tuple(claim["input_shape"]), claim["num_classes"], **dict(claim.get("options", {}))
+    )
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    paper = float(claim["millions"])
+    decimals = len(repr(paper).partition(".")[2])
+    ours = round(trainable / 1e6, decimals)
+    verdict = HOLDS if math.isclose(ours, paper) else FAILS
+    return Judgement(
+        verdict,
+        "count",
+        f"{trainable:,} trainable parameters ({ours:.{decimals}f}M) in {claim['model']} for {claim['num_classes']} "
+        f"classes, the paper's {paper:.{decimals}f}M",
+    )
+
+
 KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
     "above": above,
     "within": within,
     "margin": margin,
     "number": number,
+    "count": count,
 }
 
 

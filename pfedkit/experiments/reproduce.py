@@ -495,6 +495,13 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
         for label, (scale, _, text) in evidence.items():  # each folder's own floor
             floors.append(f"- {suite.name}" + ("" if label == "small" else f" ({label})") + f": {text}")
         for number, claim in enumerate(suite.claims, 1):
+            if claim.get("kind") == "count":  # of a model, not of runs: one line whatever has run
+                judgement = judge(claim, None)
+                lines.append(
+                    f"| {suite.paper.split()[0]} | {claim['text']} | count | **{judgement.verdict}** | "
+                    f"{judgement.detail} | - | `{claim_id(suite, number, 'small')}` |"
+                )
+                continue
             judged = 0
             for label, (scale, judged_on, _) in evidence.items():
                 if "not_run" in claim:

@@ -41,6 +41,8 @@ CLAIM_KEYS = {
     "within": {"kind", "text", "column", "row", "reference", "points", "label", "point", "differ_in"},
     "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
     "number": {"kind", "text", "column", "row", "value", "points", "point"},
+    # a trainable-parameter count of a model built here (options as a config's model.options), no runs needed
+    "count": {"kind", "text", "model", "options", "input_shape", "num_classes", "millions"},
     # a claim of the paper no column here can judge (a cost, a parameter count, a setting not run): its line says why
     "unjudged": {"kind", "text", "not_run"},
 }
