@@ -162,6 +162,8 @@ def describe_training(record: dict) -> str:
     if "step_mode" in record:
         steps = ", ".join(f"{record[k]} {k.removeprefix('steps_')}" for k in sorted(record) if k.startswith("steps_"))
         line += f"; cohort steps: {record['step_mode']} ({steps})"
+        if "trained_together" in record:
+            line += f", shared by {record['trained_together']} runs trained as one"
     if "capture_failed" in record:
         line += f"; capture failed, eager instead: {record['capture_failed']}"
     if tf32 := [part for part, allowed in record.get("tf32", {}).items() if allowed]:

@@ -137,3 +137,5 @@ def test_the_line_on_how_clients_trained_names_paths_steps_and_tf32():
         "clients trained: 20 cohort; cohort steps: cuda-graph (10 eager, 90 replayed); TF32 allowed for convolutions"
     )
     assert "TF32" not in describe_training({**record, "tf32": {"convolutions": False, "matmul": False}})
+    together = describe_training({**record, "trained_together": 3})
+    assert "(10 eager, 90 replayed), shared by 3 runs trained as one;" in together

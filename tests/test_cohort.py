@@ -405,6 +405,9 @@ def test_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_al
     assert sizes == [3, 3, 3]  # every round of the three runs: one computation
     for run_dir in runs:
         assert summaries[run_dir]["training"]["paths"] == {"cohort": 9}  # 3 of 6 clients for 3 rounds
+    # each run's summary tells the group's shared steps, not only the run that holds the stacks
+    steps = [summaries[run_dir]["training"] for run_dir in runs]
+    assert all(s["trained_together"] == 3 and s["steps_eager"] == steps[0]["steps_eager"] > 0 for s in steps)
     alone = seeds_apart_and_together(tmp_path / "alone", base, together="off")
     run_configs(alone, resume=False, progress=False, log=lambda line: None)
     assert sizes == [3, 3, 3]

@@ -640,7 +640,11 @@ class Simulation(RoundLoop):
         counts = self.training_counts()
         record: dict[str, Any] = {"paths": counts["paths"]}
         if self.cohort is not None and counts["paths"].get("cohort"):
-            record.update(self.cohort.runner.record())
+            runner = self.cohort.runner
+            if self.together is not None and self.together.group.lead is not None:
+                runner = self.together.group.lead.runner  # one stacked step served every run of the group
+                record["trained_together"] = self.together.group.size
+            record.update(runner.record())
         if self.device.type == "cuda":
             # torch lets cuDNN convolutions round to TF32 by default: the numbers then differ from a CPU's
             record["tf32"] = {

@@ -18,7 +18,7 @@ from pfedkit.engine.cohort import Cohort, train_together
 
 class CohortGroup:
     def __init__(self, members: int):
-        self.active = members
+        self.size = self.active = members
         self.lead: Optional[Cohort] = None  # holds the stacked buffers and captured steps of every round
         self.pending: dict[object, tuple[Cohort, list[Any]]] = {}
         self.done: dict[object, Any] = {}
