@@ -495,12 +495,16 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
         for label, (scale, _, text) in evidence.items():  # each folder's own floor
             floors.append(f"- {suite.name}" + ("" if label == "small" else f" ({label})") + f": {text}")
         for number, claim in enumerate(suite.claims, 1):
+
+            def line(judges: str, verdict: str, detail: str, where: str, label: str = "small") -> str:
+                return (
+                    f"| {suite.paper.split()[0]} | {claim['text']} | {judges} | {verdict} | "
+                    f"{detail.replace('|', '/')} | {where} | `{claim_id(suite, number, label)}` |"
+                )
+
             if claim.get("kind") == "count":  # of a model, not of runs: one line whatever has run
                 judgement = judge(claim, None)
-                lines.append(
-                    f"| {suite.paper.split()[0]} | {claim['text']} | count | **{judgement.verdict}** | "
-                    f"{judgement.detail} | - | `{claim_id(suite, number, 'small')}` |"
-                )
+                lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
             judged = 0
             for label, (scale, judged_on, _) in evidence.items():
@@ -513,16 +517,9 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
                 where = scale + (" (GPU)" if label != scale else "")
                 verdict = f"**{judgement.verdict}**"
-                detail = judgement.detail.replace("|", "/")
-                lines.append(
-                    f"| {suite.paper.split()[0]} | {claim['text']} | {judgement.judges} | {verdict} | {detail} "
-                    f"| {where}, {rounds} | `{claim_id(suite, number, label)}` |"
-                )
+                lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
             if not judged:  # every claim of the papers has a line: one not run says why
-                lines.append(
-                    f"| {suite.paper.split()[0]} | {claim['text']} | - | not run | {not_run_reason(suite, claim)} "
-                    f"| - | `{claim_id(suite, number, 'small')}` |"
-                )
+                lines.append(line("-", "not run", not_run_reason(suite, claim), "-"))
     return lines + (["", "Noise floors (rule 3), per suite:", "", *floors] if floors else [])
 
 
