@@ -391,3 +391,45 @@ def test_a_parameter_count_is_matched_at_the_precision_the_paper_gives_it():
     assert judge({**claim, "millions": 0.118}, None).verdict == HOLDS
     assert judge({**claim, "millions": 0.11}, None).verdict == FAILS
     assert judge({**claim, "millions": 0.12, "options": {"hidden": 64}}, None).verdict == FAILS  # 55,050
+
+
+def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_folder_is_called(tmp_path, monkeypatch):
+    from pfedkit.experiments import reproduce
+    from pfedkit.experiments.suite import Column, Scale, Suite
+
+    scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
+    noise_rows = ("n", "n-repeat1")
+    source = Suite(
+        name="src",
+        paper="Source paper",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col")},
+        rows=noise_rows,
+        scales=scales,
+        noise={"column": "col", "rows": list(noise_rows)},
+    )
+    monkeypatch.setitem(reproduce.SUITES, "src", source)
+    borrower = Suite(
+        name="toy",
+        paper="Toy paper",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col")},
+        rows=("a", "b"),
+        scales=scales,
+        claims=(ABOVE,),
+        noise={"suite": "src"},
+    )
+    spreads = {"src": 0.01, "src_long": 0.02, "src_gpu": 0.03, "src_long_gpu": 0.04}  # each folder its own floor
+    for folder, spread in spreads.items():
+        for row, value in zip(noise_rows, (0.5, 0.5 + spread)):
+            flat_run(tmp_path / folder / "col" / row / "seed0", value)
+    expected = {name: spread * 100 / 2**0.5 for name, spread in spreads.items()}
+    mine = tmp_path / "my_results"  # a name no scale's folder has: the scale and device come from the caller
+    for scale, on_gpu, folder in (
+        ("long", False, "src_long"),
+        ("long", True, "src_long_gpu"),
+        ("small", True, "src_gpu"),
+    ):
+        evidence, text = reproduce.suite_evidence(borrower, mine, scale, on_gpu)
+        assert evidence.floor == pytest.approx(expected[folder]), (scale, on_gpu, text)
+        assert "borrowed from suite src" in text

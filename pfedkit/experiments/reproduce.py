@@ -38,6 +38,7 @@ from pfedkit.reports.tables import (
     mean_curve,
     mean_of_last,
     paper_table,
+    run_devices,
     run_facts,
     summary_of,
 )
@@ -348,6 +349,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
 
     labels = {c: col.label for c, col in suite.columns.items()}
     paper = {r: {c: col.paper[r] for c, col in suite.columns.items() if r in col.paper} for r in suite.rows}
+    finished = [run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]
     lines, rounds = paper_table(
         out,
         labels,
@@ -367,14 +369,15 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
         + ("; n/a = the row is not part of that column" if any(col.rows for col in suite.columns.values()) else "")
         + f". Scale {scale}: {suite.scales[scale].about}",
         "",
-        *run_facts([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]),
+        *run_facts(finished),
         f"Curves: {TREND_NOTE}.",
     ]
     if suite.notes:
         lines += ["", suite.notes]
     lines += tuned_lines(out) + copied_lines(out, REUSED) + copied_lines(out, CONTINUED) + distillation_lines(out)
     if suite.claims:
-        evidence, floor_text = suite_evidence(suite, out)
+        on_gpu = any(device != "cpu" for device in run_devices(finished))  # a GPU's runs: a GPU's floor
+        evidence, floor_text = suite_evidence(suite, out, scale, on_gpu)
         lines += ["", f"The paper's claims on these runs (the rules: {CLAIM_RULES}). Noise floor: {floor_text}.", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, evidence)):
             unlike = claim_differences(suite, claim, scale)  # a claim is only as good as the likeness of its rows
@@ -432,18 +435,16 @@ def results_folder(suite: str, scale: str) -> str:
     return suite.replace("-", "_") + ("" if scale == "small" else f"_{scale}")
 
 
-def suite_evidence(suite: Suite, out: Path) -> tuple[Evidence, str]:
-    """How the suite's runs in `out` are judged, with its noise floor: measured in `out` (this scale), or borrowed
-    from the same scale of the suite `noise.suite` names (the same setting); and the keys each column changes."""
+def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[Evidence, str]:
+    """How the suite's runs in `out` (of `scale`, on a GPU or not) are judged, with its noise floor: measured in `out`,
+    or borrowed from the same scale and device of the suite `noise.suite` names (the same setting), in the folder
+    beside `out` that the claims table reads; and the keys each column changes."""
     k = suite.last_k or 1
     source, folder = suite, out
     if suite.noise and "suite" in suite.noise:  # the floor of another suite of the same setting
         if suite.noise["suite"] not in SUITES:
             raise ConfigError(f"suite {suite.name}: noise.suite {suite.noise['suite']!r} is not a suite")
         source = SUITES[suite.noise["suite"]]
-        on_gpu = out.name.endswith(GPU_FOLDER_SUFFIX)  # then the floor of the other suite's runs on a GPU
-        name = out.name.removesuffix(GPU_FOLDER_SUFFIX) if on_gpu else out.name
-        scale = next((s for s in suite.scales if name == results_folder(suite.name, s)), "small")
         folder = out.parent / (results_folder(source.name, scale) + (GPU_FOLDER_SUFFIX if on_gpu else ""))
     measured = [measured_floor(noise, [folder], k, suite.paper_point) for noise in noise_entries(source.noise)]
     found = [(f, level) for f, _, level in measured if f is not None]
@@ -462,16 +463,17 @@ def noise_entries(noise: Any) -> list[Mapping[str, Any]]:
     return list(noise) if isinstance(noise, (list, tuple)) else [noise]
 
 
-def evidence_folders(suite: Suite, root: Path) -> dict[str, tuple[str, Path]]:
-    """label -> (scale, folder): each scale's results folder, and beside it the same scale's runs on a GPU (label
-    "gpu", or "<scale>-gpu"): a GPU's numbers differ from a CPU's (TF32, other kernels), so they are compared only
-    among themselves, with a floor measured there."""
+def evidence_folders(suite: Suite, root: Path) -> dict[str, tuple[str, bool, Path]]:
+    """label -> (scale, on a GPU, folder): each scale's results folder, and beside it the same scale's runs on a GPU
+    (label "gpu", or "<scale>-gpu"): a GPU's numbers differ from a CPU's (TF32, other kernels), so they are compared
+    only among themselves, with a floor measured there."""
     folders = {}
     for scale in suite.scales:
         folder = root / results_folder(suite.name, scale)
-        folders[scale] = (scale, folder)
+        folders[scale] = (scale, False, folder)
         folders["gpu" if scale == "small" else f"{scale}-gpu"] = (
             scale,
+            True,
             folder.with_name(folder.name + GPU_FOLDER_SUFFIX),
         )
     return folders
@@ -490,9 +492,11 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
             continue
         folders = evidence_folders(suite, root)
         evidence = {
-            label: (scale, *suite_evidence(suite, out)) for label, (scale, out) in folders.items() if has_runs(out)
+            label: (scale, on_gpu, *suite_evidence(suite, out, scale, on_gpu))
+            for label, (scale, on_gpu, out) in folders.items()
+            if has_runs(out)
         }
-        for label, (scale, _, text) in evidence.items():  # each folder's own floor
+        for label, (_, _, _, text) in evidence.items():  # each folder's own floor
             floors.append(f"- {suite.name}" + ("" if label == "small" else f" ({label})") + f": {text}")
         for number, claim in enumerate(suite.claims, 1):
 
@@ -507,7 +511,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
             judged = 0
-            for label, (scale, judged_on, _) in evidence.items():
+            for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
                 judgement = judge(claim, judged_on)
@@ -515,7 +519,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                     continue
                 judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
-                where = scale + (" (GPU)" if label != scale else "")
+                where = scale + (" (GPU)" if on_gpu else "")
                 verdict = f"**{judgement.verdict}**"
                 lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
             if not judged:  # every claim of the papers has a line: one not run says why

@@ -192,16 +192,21 @@ def run_facts(runs: Sequence[Path]) -> list[str]:
     )
     if origins:
         lines.append(f"Data: {'; '.join(origins)}.")
-    devices = sorted(
+    devices = run_devices(runs)
+    if any(device != "cpu" for device in devices):  # a GPU rounds differently from a CPU
+        lines.append(f"Ran on: {', '.join(devices)} (run.device).")
+    return lines
+
+
+def run_devices(runs: Sequence[Path]) -> list[str]:
+    """The run.device values of the runs' configs, sorted and distinct."""
+    return sorted(
         {
             read_toml(run / "config.toml").get("run", {}).get("device", "cpu")
             for run in runs
             if (run / "config.toml").is_file()
         }
     )
-    if any(device != "cpu" for device in devices):  # a GPU rounds differently from a CPU
-        lines.append(f"Ran on: {', '.join(devices)} (run.device).")
-    return lines
 
 
 def point_cells(
