@@ -266,7 +266,7 @@ def test_runs_of_equal_batch_sizes_are_found_in_slot_order():
 
 @pytest.mark.parametrize(
     "name,images",
-    [("fedavg", True), ("fedper", False), ("ditto", True), ("fedafk", True), ("pgfedsplit", True)],
+    [("fedavg", True), ("fedper", False), ("fedrep", False), ("ditto", True), ("fedafk", True), ("pgfedsplit", True)],
 )
 def test_captured_steps_replayed_equal_eager_steps_across_rounds_of_changing_cohorts(name, images):
     """The capture bookkeeping (static input buffers, stacks kept from round to round, a step shape's key) without
@@ -274,6 +274,21 @@ def test_captured_steps_replayed_equal_eager_steps_across_rounds_of_changing_coh
     method, fed = method_for(name, images), federation(images, sizes=[13, 7, 22, 1, 9, 30])
     replaying = rounds_captured_against_eager(method, fed, "replay")
     assert replaying.runner.counts["replayed"] > 0 and replaying.runner.counts["captured"] > 0
+
+
+@pytest.mark.parametrize("name,images", [("pgfedsplit", True), ("fedrep", False)])
+def test_a_head_trained_alone_is_captured_once_and_replayed_in_later_rounds(name, images):
+    """PGFedSplit's head on given embeddings, FedRep's on features computed once: the same step shape in a later round
+    replays the step captured before (a head-only model made anew each round had captured it again every round)."""
+    method, fed = method_for(name, images, local_epochs=3), federation(images, sizes=[13, 7, 22, 1, 9, 30])
+    cohort = Cohort(method, fed, step_mode="replay")
+    for round in (1, 2, 3):
+        dict(cohort.train(round_tasks(method, fed, round=round)))
+    captured = list(cohort.runner.captured)
+    # a step key: ((("phase", phase shape, id(model), trained, head_alone), buffers), form, start, stop, size)
+    assert [key for key in captured if key[0][0][4]], "no step of the head alone was captured"
+    without_model = {(key[0][0][:2] + key[0][0][3:], *key[1:]) for key in captured}
+    assert len(without_model) == len(captured), "a step shape captured again for another model object"
 
 
 def rounds_captured_against_eager(method, fed, step_mode: str) -> Cohort:
