@@ -33,8 +33,8 @@ MUTANTS = {
     ),
     "M2": (
         "rule 2 on the first shared seed only (hole 2)",
-        "    for seed in seeds:\n        configs = {}\n",
-        "    for seed in seeds[:1]:\n        configs = {}\n",
+        "    for seed in seeds:\n        configs, unused = {}, set(allowed)\n",
+        "    for seed in seeds[:1]:\n        configs, unused = {}, set(allowed)\n",
     ),
     "M3": (
         "rule 2 on train.rounds, data.* and partition.* only (hole 2)",
@@ -102,6 +102,16 @@ MUTANTS = {
         "count: the paper's rounding ignored",
         "    ours = round(trainable / 1e6, decimals)\n",
         "    ours = trainable / 1e6\n",
+    ),
+    "M16": (
+        "rule 2: every hyper-parameter compared, also one a run's other values leave unused",
+        "                unused |= unused_keys(runs[0])\n",
+        "",
+    ),
+    "M17": (
+        "rule 2: a hyper-parameter unused in one run excuses every other key too (too lenient)",
+        " for u in unlike_runs(configs, unused) if u not in found]\n",
+        " for u in unlike_runs(configs, unused) if u not in found and not unused - set(allowed)]\n",
     ),
 }
 

@@ -89,6 +89,24 @@ def test_rule_3_between_seeds_the_error_comes_from_the_spread_of_the_gaps():
     assert decide([0.3, 0.3, 0.3], 0.5)[0] == UNSURE
 
 
+def test_rule_2_a_hyper_parameter_unused_in_either_run_is_no_difference(tmp_path):
+    def fedafk(row: str, value: float, lr: float = 0.005, **method):
+        train = {"rounds": 19, "lr": lr}
+        config = {"train": train, "data": {"dataset": "cifar10"}, "method": {"name": "fedafk", **method}}
+        flat_run(tmp_path / "col" / row / "seed0", value, config=config)
+
+    fedafk("a", 0.8, kt_form="logits-personal-head")
+    fedafk("b", 0.5, kt_weight=0.0, kt_form="feature-mean")  # without KT: its form is never used
+    fedafk("c", 0.5, kt_form="feature-mean")  # with KT in another form: a difference
+    claim = {**ABOVE, "differ_in": ["method.kt_weight"]}
+    assert judge(claim, Evidence(tmp_path, 5, floor=1.0)).verdict == HOLDS
+    other = judge({**claim, "rows": ["a", "c"]}, Evidence(tmp_path, 5, floor=1.0))
+    assert other.verdict == UNSURE and "method.kt_form" in other.detail
+    fedafk("d", 0.5, lr=0.01, kt_weight=0.0)  # a key left unused excuses that key only
+    faster = judge({**claim, "rows": ["a", "d"]}, Evidence(tmp_path, 5, floor=1.0))
+    assert faster.verdict == UNSURE and "train.lr" in faster.detail
+
+
 def test_rule_3_no_verdict_without_a_noise_floor_however_many_seeds_agree():
     # two seeds that happen to agree give a tiny spread: 0.020 and 0.021 would hold with a standard error of 0.0005
     assert decide([0.020, 0.021], None)[0] == UNSURE

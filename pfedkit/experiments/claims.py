@@ -15,8 +15,9 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    numbers (`paper_point`), else at each run's own.
 2. Like with like: two rows are compared on the seeds both finished (a seed fixes the partition and the sampled
    clients), and only if their runs agree, on every one of those seeds, on every config key beyond what
-   `differ_in` names (where a run is kept, and two different methods' own hyper-parameters, aside; a "within"
-   claim's two columns may differ in what the columns change).
+   `differ_in` names (where a run is kept, two different methods' own hyper-parameters, and a hyper-parameter that
+   either run's other values leave unused, aside; a "within" claim's two columns may differ in what the columns
+   change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows, which differ
    only in run.repeat), measured at the claim's scale, on a row within FLOOR_REACH points of the compared rows'
@@ -39,7 +40,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.config import flat, read_toml
 from pfedkit.errors import PfedkitError
-from pfedkit.registry import read_saved_config, with_method_values
+from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import curve_gain, curve_trend, finished_runs, mean_curve, mean_of_last
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
@@ -195,16 +196,27 @@ def saved_config(run: Path) -> dict[str, Any]:
 def like_with_like(
     evidence: Evidence, pairs: Sequence[tuple[str, str]], seeds: Sequence[str], allowed: Sequence[str]
 ) -> list[str]:
-    """Rule 2 on the runs themselves: each (column, row)'s runs, seed by seed on every judged seed."""
+    """Rule 2 on the runs themselves: each (column, row)'s runs, seed by seed on every judged seed. A hyper-parameter
+    unused in either run (FedAFK's KT form where its KT weight is 0) is no difference: that run is the same whatever
+    its value."""
     found: list[str] = []
     for seed in seeds:
-        configs = {}
+        configs, unused = {}, set(allowed)
         for column, row in pairs:
             runs = evidence.runs(column, row, [seed])
             if runs:
                 configs[f"{row} ({column})" if len({c for c, _ in pairs}) > 1 else row] = saved_config(runs[0])
-        found += [f"{u} ({seed})" if len(seeds) > 1 else u for u in unlike_runs(configs, allowed) if u not in found]
+                unused |= unused_keys(runs[0])
+        found += [f"{u} ({seed})" if len(seeds) > 1 else u for u in unlike_runs(configs, unused) if u not in found]
     return list(dict.fromkeys(found))
+
+
+def unused_keys(run: Path) -> set[str]:
+    """The method hyper-parameters the run's other values leave unused (HyperParams.inert), as dotted keys."""
+    try:
+        return set(inert_keys(read_saved_config(run / "config.toml")))
+    except (PfedkitError, OSError):  # no config, or one this version no longer reads: nothing known to be unused
+        return set()
 
 
 def provisional(
