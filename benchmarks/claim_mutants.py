@@ -28,7 +28,7 @@ NOT_RULE_TESTS = "not document and not prose and not claims_command"
 MUTANTS = {
     "M1": (
         "above: the claimant judged against the strongest other row only (hole 1)",
-        "    for other in others:  # every pair: the claimant against each other row\n",
+        "    for other in others:  # every pair: the claimant against each other row, each by rules 2-4\n",
         "    for other in sorted(others, key=lambda o: -mean[o])[:1]:\n",
     ),
     "M2": (
@@ -112,6 +112,56 @@ MUTANTS = {
         "rule 2: a hyper-parameter unused in one run excuses every other key too (too lenient)",
         " for u in unlike_runs(configs, unused) if u not in found]\n",
         " for u in unlike_runs(configs, unused) if u not in found and not unused - set(allowed)]\n",
+    ),
+    "M18": (
+        "above: a pair that cannot be judged (unlike configs) decides the whole line",
+        "            pairs[other] = (UNSURE, f\"not judged: the runs differ in {'; '.join(unlike[:3])}\", [])\n",
+        '            return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {unlike[0]}")\n',
+    ),
+    "M19": (
+        "margin: a row run on other seeds only is left out as not run",
+        "        if not theirs:\n",
+        "        if not shared:\n",
+    ),
+    "M20": (
+        "within and number: the per-seed distance |gap| judged instead of the signed gaps",
+        "    return [points - side * gap for gap in gaps]\n",
+        "    return [points - abs(gap) for gap in gaps]\n",
+    ),
+    "M21": (
+        "within: a trailing curve climbing through the leader ignored",
+        "    if verdict == HOLDS and trailer[1] and trailer[0] > leader[0]:",
+        "    if False:",
+    ),
+    "M22": (
+        "rule 4: a curve too short for the tables' mark never counts as rising",
+        "        return gain, gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS)\n",
+        "        return gain, False\n",
+    ),
+    "M23": (
+        "rule 3: the floor's reach measured from the pair's mean accuracy",
+        "        for accuracy in accuracies:\n",
+        "        for accuracy in [statistics.fmean(accuracies)]:\n",
+    ),
+    "M24": (
+        "rule 3: a floor of unknown level preferred to one measured near the rows",
+        "if f[1] is not None else math.inf)",
+        "if f[1] is not None else 0.0)",
+    ),
+    "M25": (
+        "rule 2: runs without a config.toml compared as equal (two empty configs)",
+        '                    found.append(f"config.toml ({name}\'s run has none, {seed})")\n',
+        "                    pass\n",
+    ),
+    "M26": (
+        "rule 1: a run with no evaluation at the point read anyway (crashes the table)",
+        "            if headline_curve(d, point)\n",
+        "",
+    ),
+    "M27": (
+        "rule 4: a mean curve past the rounds every seed reached (the longer seeds alone)",
+        ' if not ends or p["round"] <= min(ends)]',
+        "]",
     ),
 }
 

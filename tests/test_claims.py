@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 
 from pfedkit.config import dump_toml
-from pfedkit.experiments.claims import FAILS, HOLDS, UNSURE, Evidence, decide, gap_error, judge, measured_floor
+from pfedkit.experiments.claims import (
+    FAILS,
+    HOLDS,
+    NOT_RUN,
+    UNSURE,
+    Evidence,
+    decide,
+    gap_error,
+    judge,
+    measured_floor,
+)
 from pfedkit.io import atomic_write_csv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +129,7 @@ def test_rule_3_a_floor_measured_far_from_the_compared_rows_accuracy_does_not_ap
     flat_run(tmp_path / "col" / "b" / "seed0", 0.50)
     assert judge(ABOVE, Evidence(tmp_path, 5, floor=0.4, floor_at=52.0)).verdict == HOLDS
     far = judge(ABOVE, Evidence(tmp_path, 5, floor=0.4, floor_at=9.8))
-    assert far.verdict == UNSURE and "measured at 9.8%, far from these rows' 54.0%" in far.detail
+    assert far.verdict == UNSURE and "measured at 9.8%, far from a row at 58.0%" in far.detail
 
 
 def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config(tmp_path):
@@ -373,9 +383,10 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     from pfedkit.experiments.suite import Column, Scale, Suite
 
     root = tmp_path / "results"
+    cuda = {"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}, "run": {"device": "cuda"}}
     for folder, (a, b) in (("toy", (0.58, 0.50)), ("toy_gpu", (0.50, 0.58))):  # the GPU's runs say the opposite
-        flat_run(root / folder / "col" / "a" / "seed0", a)
-        flat_run(root / folder / "col" / "b" / "seed0", b)
+        flat_run(root / folder / "col" / "a" / "seed0", a, config=cuda if folder == "toy_gpu" else None)
+        flat_run(root / folder / "col" / "b" / "seed0", b, config=cuda if folder == "toy_gpu" else None)
     noise_rows = ("n", "n-repeat1")
     for row, value in zip(noise_rows, (0.54, 0.545)):
         flat_run(root / "toy" / "col" / row / "seed0", value)
@@ -397,7 +408,7 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     # the CPU's floor does not bound the GPU's runs (other kernels, TF32): no floor measured there, no verdict
     assert "**cannot tell**" in line("toy#1/gpu") and "| small (GPU), 19 |" in line("toy#1/gpu")
     for row, value in zip(noise_rows, (0.54, 0.545)):
-        flat_run(root / "toy_gpu" / "col" / row / "seed0", value)
+        flat_run(root / "toy_gpu" / "col" / row / "seed0", value, config=cuda)
     assert "**does not hold**" in line("toy#1/gpu") and "**holds**" in line("toy#1")
 
 
@@ -451,3 +462,128 @@ def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_
         evidence, text = reproduce.suite_evidence(borrower, mine, scale, on_gpu)
         assert evidence.floor == pytest.approx(expected[folder]), (scale, on_gpu, text)
         assert "borrowed from suite src" in text
+
+
+# ---- holes found by the sitting-27 review: each test fails on the code before it ----
+
+BASE = {"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}}
+ABOVE_TWO = {"text": "a above b and c", "column": "col", "rows": ["a", "b", "c"]}
+
+
+def test_above_a_pair_that_cannot_be_judged_does_not_hide_a_pair_that_fails(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.50, config=BASE)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.40, config={**BASE, "train": {"rounds": 19, "lr": 0.5}})  # unlike
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.60, config=BASE)  # like, and 10 points above the claimant
+    got = judge(ABOVE_TWO, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == FAILS and "gap to c -10.00" in got.detail
+    flat_run(tmp_path / "col" / "d" / "seed1", 0.40)  # d ran on another seed only: its pair is not judged
+    got = judge({**ABOVE_TWO, "rows": ["a", "d", "c"]}, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == FAILS
+
+
+def test_margin_a_row_that_ran_on_other_seeds_only_is_a_pair_not_judged_not_a_row_left_out(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.60)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50)
+    flat_run(tmp_path / "col" / "c" / "seed1", 0.59)  # ran, but on no seed a finished
+    claim = {"kind": "margin", "text": "m", "column": "col", "row": "a", "over": ["b", "c"], "at_least": 5.0}
+    got = judge(claim, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "c: not judged" in got.detail
+
+
+def test_within_and_number_take_the_spread_of_the_signed_gaps(tmp_path):
+    for seed, value in enumerate((0.67, 0.73, 0.67, 0.73)):  # a mean of exactly 70, seeds 3 points either side
+        flat_run(tmp_path / "col" / "r" / f"seed{seed}", value)
+    number = {"kind": "number", "text": "n", "column": "col", "row": "r", "value": 70.0, "points": 1.0}
+    assert judge(number, Evidence(tmp_path, 5, floor=0.1)).verdict == UNSURE  # was: does not hold (|gap| of 3 each)
+    for seed, (x, y) in enumerate(((0.509, 0.500), (0.491, 0.500))):  # gaps +0.9 and -0.9: a mean of 0, se 0.9
+        flat_run(tmp_path / "ood" / "h" / f"seed{seed}", x)
+        flat_run(tmp_path / "in" / "h" / f"seed{seed}", y)
+    within = {"kind": "within", "text": "w", "column": "ood", "row": "h", "reference": "in", "points": 1.5}
+    assert judge(within, Evidence(tmp_path, 5, floor=0.05)).verdict == UNSURE  # was: holds
+
+
+def test_within_is_provisional_while_the_trailing_curve_climbs_through_the_leader(tmp_path):
+    run(tmp_path / "ood" / "h" / "seed0", [0.40 + 0.01 * r for r in range(20)])  # +1 point a round, now 0.5 below
+    flat_run(tmp_path / "in" / "h" / "seed0", 0.575)
+    within = {"kind": "within", "text": "w", "column": "ood", "row": "h", "reference": "in", "points": 2.0}
+    got = judge(within, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "provisional, holds" in got.detail
+    flat_run(tmp_path / "ood" / "flat" / "seed0", 0.57)
+    flat_run(tmp_path / "in" / "flat" / "seed0", 0.575)
+    assert judge({**within, "row": "flat"}, Evidence(tmp_path, 5, floor=0.1)).verdict == HOLDS
+
+
+def test_rule_4_an_ft_row_with_few_evaluations_still_climbing_is_rising(tmp_path):
+    folder = tmp_path / "col" / "fedavg-ft" / "seed0"  # evaluated every 5 of 20 rounds: too short for the mark
+    folder.mkdir(parents=True)
+    accs = [0.30, 0.40, 0.50, 0.60, 0.70]
+    rows = [{"round": r, "acc": accs[r // 5] if r % 5 == 0 else ""} for r in range(21)]
+    atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc"])
+    summary = {"rounds": 20, "eval_point": "start", "best_acc": 0.7, "last_acc": 0.7}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / "config.toml").write_text(dump_toml({**BASE, "train": {"rounds": 20}, "eval": {"every": 5}}))
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.80, n=21, config={**BASE, "train": {"rounds": 20}})
+    claim = {"text": "t", "column": "col", "rows": ["a", "fedavg-ft"], "differ_in": ["eval.every"]}
+    got = judge(claim, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "fedavg-ft is still rising" in got.detail
+
+
+def test_rule_3_each_row_takes_the_floor_measured_near_its_own_accuracy(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.75)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.35)  # the pair's mean, 55, is 20 points from each row
+    claim = {"kind": "margin", "text": "m", "column": "col", "row": "a", "over": ["b"], "at_least": 39.5}
+    assert judge(claim, Evidence(tmp_path, 5, floor=0.2, floor_at=55.0)).verdict == UNSURE  # was: holds
+    # a floor near each row: the pair's floor is their root mean square, sqrt((0.1^2 + 0.7^2) / 2) = 0.5
+    evidence = Evidence(tmp_path, 5, floor=0.1, floor_at=74.0, more_floors=((0.7, 36.0),))
+    assert evidence.floor_for([75.0, 35.0])[0] == pytest.approx(0.5)
+    assert judge({**claim, "at_least": 38.0}, evidence).verdict == HOLDS  # +2 over the margin, 2 x 0.5 away
+    # a floor of unknown level gives way to one measured near the rows
+    unknown = Evidence(tmp_path, 5, floor=1.0, more_floors=((0.1, 75.0),))
+    assert unknown.floor_for([75.0])[0] == pytest.approx(0.1)
+
+
+def test_rule_2_runs_without_a_config_are_not_like(tmp_path):
+    for row, value in (("a", 0.55), ("b", 0.50)):
+        flat_run(tmp_path / "col" / row / "seed0", value)
+        (tmp_path / "col" / row / "seed0" / "config.toml").unlink()
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "config.toml" in got.detail  # was: holds, two empty configs being equal
+
+
+def test_rule_1_runs_that_never_evaluated_at_the_point_are_no_result_and_no_crash(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.55)  # evaluated at the round start only
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50)
+    assert judge(ABOVE, Evidence(tmp_path, 5, paper_point="after-local", floor=0.1)).verdict == NOT_RUN
+
+
+def test_rule_4_a_row_whose_seeds_ran_unequal_rounds_is_read_up_to_the_rounds_all_reached(tmp_path):
+    for seed, n, start, level in ((0, 20, 0.50, 0.75), (1, 30, 0.05, 0.40)):
+        config = {**BASE, "train": {"rounds": n - 1}}
+        flat_run(tmp_path / "col" / "a" / f"seed{seed}", level, n=n, config=config)
+        run(tmp_path / "col" / "b" / f"seed{seed}", [start + 0.01 * r for r in range(n)], config=config)
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))  # b rises a point a round on each seed
+    assert got.verdict == UNSURE and "b is still rising" in got.detail  # was: holds (seed 1 alone past round 19)
+
+
+def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.experiments.suite import Column, Scale, Suite
+
+    root, on_gpu = tmp_path / "results", {**BASE, "run": {"device": "cuda"}}
+    flat_run(root / "toy" / "col" / "a" / "seed0", 0.58, config=on_gpu)  # GPU runs in the CPU's folder
+    flat_run(root / "toy" / "col" / "b" / "seed0", 0.50, config=on_gpu)
+    for row, value in (("n", 0.54), ("n-repeat1", 0.545)):
+        flat_run(root / "toy" / "col" / row / "seed0", value, config=BASE)
+    suite = Suite(
+        name="toy",
+        paper="Toy paper",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col")},
+        rows=("a", "b", "n", "n-repeat1"),
+        scales={"small": Scale({}, 0, "small")},
+        claims=(ABOVE,),
+        noise={"column": "col", "rows": ["n", "n-repeat1"]},
+    )
+    table = claims_table(root, [suite])
+    line = next(x for x in table if x.endswith("| `toy#1` |"))
+    assert "**cannot tell**" in line and any("holds runs with run.device cpu, cuda" in x for x in table)

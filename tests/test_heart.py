@@ -467,7 +467,7 @@ def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretr
     from pfedkit.experiments.suites import PAPERS, SUITES, suite_from_toml
 
     suite = SUITES["heart-cifar100"]
-    small, gpu = suite.pretrain_at("small"), suite.pretrain_at("gpu")
+    small, gpu = suite.pretrain_at("small"), suite.pretrain_at("paper")
     assert small["model"] == "small-resnet-adapter" and small["options"]["widths"] == [32, 64, 128, 256]
     assert gpu["model"] == "resnet18-adapter" and gpu["options"] == {"stem": "cifar"}  # options replaced, not merged
     assert gpu["dataset"] == small["dataset"] == "cifar10" and gpu["path"] != small["path"]

@@ -197,6 +197,9 @@ def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(t
     bad.write_text(text.replace('paper_point = "after-local"', 'paper_point = "after"'))
     with pytest.raises(ConfigError, match=r"paper_point = 'after'; use \"start\" or \"after-local\""):
         suite_from_toml(bad)
+    bad.write_text(text.replace("[scales.small]", "[scales.gpu]"))  # the name the claims table gives GPU runs
+    with pytest.raises(ConfigError, match=r"\[scales.gpu\]: a scale name ending in 'gpu' is taken"):
+        suite_from_toml(bad)
     assert SUITES["heart-table1"].columns["in-domain"].source.startswith("Table 1")  # where the numbers come from
 
 

@@ -20,12 +20,15 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows, which differ
-   only in run.repeat), measured at the claim's scale, on a row within FLOOR_REACH points of the compared rows'
-   accuracy. Without such a floor, no verdict, however many seeds. A gap within two standard errors of its boundary:
-   cannot tell.
+   only in run.repeat), measured at the claim's scale: each compared row takes the floor measured nearest its
+   accuracy, within FLOOR_REACH points, and a pair the root mean square of its two. Without such a floor, no verdict,
+   however many seeds. A gap within two standard errors of its boundary: cannot tell. "Within" and a paper's number
+   are judged on the signed gaps, not their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
    the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
-   still rises at all (but away from a number it already fails).
+   still rises at all (but away from a number it already fails); for "within", while either curve rises faster than
+   the other. A curve too short for the mark rises when its last fifth gains as a rising one's would; a row's seeds
+   are read up to the last round all of them reached.
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
 pair holds, does not hold when any does not.
 """
@@ -41,7 +44,16 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from pfedkit.config import flat, read_toml
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
-from pfedkit.reports.tables import curve_gain, curve_trend, finished_runs, mean_curve, mean_of_last
+from pfedkit.reports.tables import (
+    PER_ROUNDS,
+    RISE_POINTS,
+    curve_gain,
+    curve_trend,
+    finished_runs,
+    headline_curve,
+    mean_curve,
+    mean_of_last,
+)
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
 FLOOR_REACH = 15.0  # points: a floor measured this far from the compared rows' accuracy does not apply to them
@@ -70,24 +82,31 @@ class Evidence:
     more_floors: tuple[tuple[float, float], ...] = ()  # further (floor, accuracy) pairs, measured at other levels
 
     def floor_for(self, accuracies: Sequence[float]) -> tuple[Optional[float], str]:
-        """Rule 3: the floor measured nearest these accuracies, where near enough (FLOOR_REACH); else None and why."""
+        """Rule 3: each compared row's noise from the floor measured nearest its accuracy, where near enough
+        (FLOOR_REACH), as one floor for the pair (the root mean square: a gap's variance is the sum of its two rows');
+        else None and why. A floor of unknown level (none recorded) applies only where no measured one does."""
         floors = ([(self.floor, self.floor_at)] if self.floor is not None else []) + list(self.more_floors)
         if not floors:
             return None, "none measured at this scale"
-        level = statistics.fmean(accuracies)
-        floor, at = min(floors, key=lambda f: abs(level - f[1]) if f[1] is not None else 0.0)
-        if at is not None and abs(level - at) > FLOOR_REACH:
-            return None, f"the suite's nearest was measured at {at:.1f}%, far from these rows' {level:.1f}%"
-        return floor, ""
+        chosen = []
+        for accuracy in accuracies:
+            floor, at = min(floors, key=lambda f: abs(accuracy - f[1]) if f[1] is not None else math.inf)
+            if at is not None and abs(accuracy - at) > FLOOR_REACH:
+                return None, f"the suite's nearest was measured at {at:.1f}%, far from a row at {accuracy:.1f}%"
+            chosen.append(floor)
+        return math.sqrt(statistics.fmean(f**2 for f in chosen)), ""
 
     def point(self, claim: Mapping[str, Any]) -> Optional[str]:
         """Rule 1: the claim's own point, else the paper's as the suite declares it, else each run's own."""
         return claim.get("point") or self.paper_point
 
     def results(self, column: str, row: str, point: Optional[str]) -> dict[str, float]:
-        """Seed folder name -> the run's mean accuracy (%) over its last k rounds."""
+        """Seed folder name -> the run's mean accuracy (%) over its last k rounds; a run with no evaluation at `point`
+        (it evaluated elsewhere) has none."""
         return {
-            d.name: 100 * mean_of_last(d, self.k, point, rounds=True) for d in finished_runs(self.out / column, row)
+            d.name: 100 * mean_of_last(d, self.k, point, rounds=True)
+            for d in finished_runs(self.out / column, row)
+            if headline_curve(d, point)
         }
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
@@ -175,11 +194,19 @@ def related_methods(a: Optional[str], b: Optional[str]) -> bool:
 
 
 def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> tuple[float, bool]:
-    """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds."""
-    curve = [(p["round"], 100 * p["acc"]) for p in mean_curve(evidence.runs(column, row, seeds), point)]
+    """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds, up to the last round
+    every seed reached (past it the mean is of the longer seeds alone). A curve too short for the tables' mark (an FT
+    row evaluated every 5 rounds of 20) counts as rising when its last fifth gains more than a rising curve's would."""
+    runs = evidence.runs(column, row, seeds)
+    ends = [max((r for r, _ in headline_curve(run, point)), default=0) for run in runs]
+    curve = [(p["round"], 100 * p["acc"]) for p in mean_curve(runs, point) if not ends or p["round"] <= min(ends)]
     if len(curve) < 2:
         return 0.0, False
-    return curve_gain(curve)[0], curve_trend(curve) == "rising"
+    gain, apart = curve_gain(curve)
+    shape = curve_trend(curve)
+    if shape == "short":
+        return gain, gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS)
+    return gain, shape == "rising"
 
 
 def saved_config(run: Path) -> dict[str, Any]:
@@ -205,7 +232,10 @@ def like_with_like(
         for column, row in pairs:
             runs = evidence.runs(column, row, [seed])
             if runs:
-                configs[f"{row} ({column})" if len({c for c, _ in pairs}) > 1 else row] = saved_config(runs[0])
+                name = f"{row} ({column})" if len({c for c, _ in pairs}) > 1 else row
+                if not (runs[0] / "config.toml").is_file():  # nothing to compare is no likeness shown
+                    found.append(f"config.toml ({name}'s run has none, {seed})")
+                configs[name] = saved_config(runs[0])
                 unused |= unused_keys(runs[0])
         found += [f"{u} ({seed})" if len(seeds) > 1 else u for u in unlike_runs(configs, unused) if u not in found]
     return list(dict.fromkeys(found))
@@ -280,20 +310,18 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     others = [row for row in claim["rows"][1:] if row in results]
     partly = f"; not run: {', '.join(absent)}" if absent else ""
     shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}
-    apart = [o for o in others if not shared[o]]
-    if apart:
-        seeds = "; ".join(f"{row}: {', '.join(sorted(results[row]))}" for row in (first, *apart))
-        return Judgement(UNSURE, "direction", f"no seed finished for both rows of a pair ({seeds}){partly}")
     mean = {row: statistics.fmean(v.values()) for row, v in results.items()}
     numbers = means_shown(results)
-    unlike: list[str] = []
-    for other in others:
-        pair = like_with_like(evidence, [(column, first), (column, other)], shared[other], claim.get("differ_in", ()))
-        unlike += [u for u in pair if u not in unlike]
-    if unlike:
-        return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {'; '.join(unlike[:3])}{partly}")
-    pairs = {}
-    for other in others:  # every pair: the claimant against each other row
+    pairs: dict[str, tuple[str, str, list[float]]] = {}
+    for other in others:  # every pair: the claimant against each other row, each by rules 2-4
+        if not shared[other]:
+            seeds = "; ".join(f"{row}: {', '.join(sorted(results[row]))}" for row in (first, other))
+            pairs[other] = (UNSURE, f"not judged: no seed finished for both rows of a pair ({seeds})", [])
+            continue
+        unlike = like_with_like(evidence, [(column, first), (column, other)], shared[other], claim.get("differ_in", ()))
+        if unlike:
+            pairs[other] = (UNSURE, f"not judged: the runs differ in {'; '.join(unlike[:3])}", [])
+            continue
         excess = [results[first][s] - results[other][s] for s in shared[other]]
         pairs[other] = (*judge_pair(evidence, column, point, (first, other), shared[other], excess), excess)
     verdicts = [v for v, _, _ in pairs.values()]
@@ -305,7 +333,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     for other in deciding:
         _, why, excess = pairs[other]
         per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(excess) > 1 else ""
-        shown.append(f"gap to {other} {why}{per_seed}")
+        shown.append(f"{other} {why}" if not excess else f"gap to {other} {why}{per_seed}")
     left = [pairs[o][0] for o in others if o not in deciding]
     counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
     rest = f"; the other pairs: {counts}" if left else ""
@@ -322,8 +350,12 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     for other in claim["over"]:
         theirs = evidence.results(column, other, point)
         shared = sorted(set(ours) & set(theirs))
-        if not shared:
+        if not theirs:
             absent.append(other)
+            continue
+        if not shared:  # it ran, but on no seed the claimant finished: a pair not judged, not a pair left out
+            verdicts.append(UNSURE)
+            parts.append(f"{other}: not judged, no seed finished for both ({', '.join(sorted(theirs))} only)")
             continue
         unlike = like_with_like(evidence, [(column, row), (column, other)], shared, claim.get("differ_in", ()))
         gap = statistics.fmean(ours[s] - theirs[s] for s in shared)
@@ -358,14 +390,25 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     )
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
-    excess = [claim["points"] - abs(runs[s] - base[s]) for s in shared]
+    excess = room_left(claim["points"], [runs[s] - base[s] for s in shared])
     verdict, why = decide(excess, *evidence.floor_for([value, ref]))
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
     names = names if value < ref else names[::-1]
+    if verdict == HOLDS and trailer[1] and trailer[0] > leader[0]:  # inside the band, the trailer may climb out of it
+        verdict, why = UNSURE, f"{why}, but {names[0]} is still rising ({trailer[0]:+.2f} in the last fifth) " + (
+            f"faster than {names[1]}: provisional, {HOLDS}"
+        )
     verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, names)
     return Judgement(verdict, judges, f"{numbers}; room left {why}")
+
+
+def room_left(points: float, gaps: Sequence[float]) -> list[float]:
+    """Per seed, how far inside `points` the gap lies, the gaps taken on the side of their mean (rule 3 takes the
+    spread of the signed gaps: seeds at +0.9 and -0.9 are a mean of 0 with a wide error, not two gaps of 0.9)."""
+    side = 1.0 if statistics.fmean(gaps) >= 0 else -1.0
+    return [points - side * gap for gap in gaps]
 
 
 def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -376,7 +419,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if not runs:
         return Judgement(NOT_RUN, judges)
     value = statistics.fmean(runs.values())
-    excess = [claim["points"] - abs(v - target) for v in runs.values()]
+    excess = room_left(claim["points"], [v - target for v in runs.values()])
     floor, no_floor = evidence.floor_for([value])
     verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else None, no_floor)
     gain, rising = trend(evidence, column, row, sorted(runs), point)

@@ -448,8 +448,12 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
         folder = out.parent / (results_folder(source.name, scale) + (GPU_FOLDER_SUFFIX if on_gpu else ""))
     measured = [measured_floor(noise, [folder], k, suite.paper_point) for noise in noise_entries(source.noise)]
     found = [(f, level) for f, _, level in measured if f is not None]
-    floor, level = found[0] if found else (None, None)
     text = "; ".join(t for _, t, _ in measured) if measured else "no noise rows in the suite"
+    devices = run_devices([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)])
+    if any((device == "cpu") == on_gpu for device in devices):  # a floor bounds the runs of its own device only
+        found = []
+        text = f"not used: {out.name} holds runs with run.device {', '.join(devices)} (a GPU's go in <folder>_gpu)"
+    floor, level = found[0] if found else (None, None)
     if source is not suite:
         text += f", borrowed from suite {source.name} (the same setting)"
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}

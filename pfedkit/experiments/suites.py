@@ -79,6 +79,11 @@ def suite_from_toml(path: Path) -> Suite:
     scales = {}
     for key, scale in data["scales"].items():
         _check(scale, SCALE_KEYS, f"{path} [scales.{key}]")
+        if key == "gpu" or key.endswith(("-gpu", "_gpu")):  # a scale's runs on a lent GPU are named so (claims table)
+            raise ConfigError(
+                f"{path} [scales.{key}]: a scale name ending in 'gpu' is taken by a scale's GPU runs; "
+                "name it after what it runs (e.g. 'paper')"
+            )
         scales[key] = Scale(
             scale.get("changes", {}),
             scale.get("round_s", 0),
