@@ -397,8 +397,10 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
     names = names if value < ref else names[::-1]
     if verdict == HOLDS and trailer[1] and trailer[0] > leader[0]:  # inside the band, the trailer may climb out of it
-        verdict, why = UNSURE, f"{why}, but {names[0]} is still rising ({trailer[0]:+.2f} in the last fifth) " + (
-            f"faster than {names[1]}: provisional, {HOLDS}"
+        verdict, why = (
+            UNSURE,
+            f"{why}, but {names[0]} is still rising ({trailer[0]:+.2f} in the last fifth) "
+            + (f"faster than {names[1]}: provisional, {HOLDS}"),
         )
     verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, names)
     return Judgement(verdict, judges, f"{numbers}; room left {why}")
