@@ -587,3 +587,15 @@ def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(
     table = claims_table(root, [suite])
     line = next(x for x in table if x.endswith("| `toy#1` |"))
     assert "**cannot tell**" in line and any("holds runs with run.device cpu, cuda" in x for x in table)
+
+
+def test_a_row_whose_runs_diverged_is_named_so_not_only_not_run(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50)
+    stopped = tmp_path / "col" / "c" / "seed0"  # diverged: no summary, its record beside the last checkpoint
+    stopped.mkdir(parents=True)
+    (stopped / "diverged.json").write_text("{}")
+    got = judge(ABOVE_TWO, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == HOLDS and "not run: c (diverged: seed0)" in got.detail
+    alone = judge({**ABOVE_TWO, "rows": ["c", "a"]}, Evidence(tmp_path, 5, floor=0.1))
+    assert alone.verdict == NOT_RUN and "c (diverged: seed0)" in alone.detail

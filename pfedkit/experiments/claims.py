@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.config import flat, read_toml
+from pfedkit.engine.divergence import DIVERGED
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import (
@@ -111,6 +112,16 @@ class Evidence:
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
         return [d for d in finished_runs(self.out / column, row) if d.name in seeds]
+
+    def absent(self, column: str, rows: Sequence[str]) -> str:
+        """ "; not run: ..." for rows without a finished run, naming those whose runs diverged (their result)."""
+        if not rows:
+            return ""
+        diverged = {
+            r: sorted(d.name for d in (self.out / column / r).glob("seed*") if (d / DIVERGED).is_file()) for r in rows
+        }
+        said = [f"{r} (diverged: {', '.join(diverged[r])})" if diverged[r] else r for r in rows]
+        return f"; not run: {', '.join(said)}"
 
 
 # ---- the rules, on numbers ----
@@ -305,10 +316,11 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     results = {row: evidence.results(column, row, point) for row in claim["rows"]}
     absent = [row for row, seeds in results.items() if not seeds]
     if first in absent or len(absent) >= len(results) - 1:
-        return Judgement(NOT_RUN, "direction")
+        said = evidence.absent(column, absent).removeprefix("; ")
+        return Judgement(NOT_RUN, "direction", said if "diverged" in said else "")  # the runs that ended so, named
     results = {row: seeds for row, seeds in results.items() if seeds}
     others = [row for row in claim["rows"][1:] if row in results]
-    partly = f"; not run: {', '.join(absent)}" if absent else ""
+    partly = evidence.absent(column, absent)
     shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}
     mean = {row: statistics.fmean(v.values()) for row, v in results.items()}
     numbers = means_shown(results)
@@ -370,7 +382,7 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if not verdicts:
         return Judgement(NOT_RUN, judges)
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
-    missing = f"; not run: {', '.join(absent)}" if absent else ""
+    missing = evidence.absent(column, absent)
     return Judgement(verdict, judges, "; ".join(parts) + missing)
 
 

@@ -514,20 +514,21 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 judgement = judge(claim, None)
                 lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
-            judged = 0
+            judged, diverged = 0, []
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
                 judgement = judge(claim, judged_on)
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
+                    diverged += [judgement.detail] if "diverged" in judgement.detail else []
                     continue
                 judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
                 where = scale + (" (GPU)" if on_gpu else "")
                 verdict = f"**{judgement.verdict}**"
                 lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
-            if not judged:  # every claim of the papers has a line: one not run says why
-                lines.append(line("-", "not run", not_run_reason(suite, claim), "-"))
+            if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
+                lines.append(line("-", "not run", "; ".join([not_run_reason(suite, claim), *diverged]), "-"))
     return lines + (["", "Noise floors (rule 3), per suite:", "", *floors] if floors else [])
 
 
