@@ -135,7 +135,7 @@ MUTANTS = {
     ),
     "M22": (
         "rule 4: a curve too short for the tables' mark never counts as rising",
-        "        return gain, gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS)\n",
+        "        return gain, gain > RISE_POINTS\n",
         "        return gain, False\n",
     ),
     "M23": (

@@ -27,7 +27,7 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
    the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
    still rises at all (but away from a number it already fails); for "within", while either curve rises faster than
-   the other. A curve too short for the mark rises when its last fifth gains as a rising one's would; a row's seeds
+   the other. A curve too short for the mark rises when its last fifth gains more than half a point; a row's seeds
    are read up to the last round all of them reached.
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
 pair holds, does not hold when any does not.
@@ -46,7 +46,6 @@ from pfedkit.engine.divergence import DIVERGED
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import (
-    PER_ROUNDS,
     RISE_POINTS,
     curve_gain,
     curve_trend,
@@ -207,16 +206,16 @@ def related_methods(a: Optional[str], b: Optional[str]) -> bool:
 def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> tuple[float, bool]:
     """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds, up to the last round
     every seed reached (past it the mean is of the longer seeds alone). A curve too short for the tables' mark (an FT
-    row evaluated every 5 rounds of 20) counts as rising when its last fifth gains more than a rising curve's would."""
+    row evaluated every 5 rounds of 20) counts as rising when its last fifth gains more than RISE_POINTS."""
     runs = evidence.runs(column, row, seeds)
     ends = [max((r for r, _ in headline_curve(run, point)), default=0) for run in runs]
     curve = [(p["round"], 100 * p["acc"]) for p in mean_curve(runs, point) if not ends or p["round"] <= min(ends)]
     if len(curve) < 2:
         return 0.0, False
-    gain, apart = curve_gain(curve)
+    gain = curve_gain(curve)[0]
     shape = curve_trend(curve)
-    if shape == "short":
-        return gain, gain > RISE_POINTS * min(1.0, apart / PER_ROUNDS)
+    if shape == "short":  # too few points to scale by rounds: a gain of more than RISE_POINTS outright
+        return gain, gain > RISE_POINTS
     return gain, shape == "rising"
 
 
