@@ -272,11 +272,15 @@ def test_a_ctrl_c_inside_torch_save_is_an_interrupt_after_a_whole_file_not_a_fai
             self.f.flush()
 
     state = {"w": torch.arange(1000.0)}
-    with pytest.raises(KeyboardInterrupt):  # not torch's RuntimeError, reported as a failed write (issue 60's probe)
-        atomic_write(tmp_path / "checkpoint.pt", lambda f: torch.save(state, CtrlCOnFirstWrite(f)))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Ctrl-C, whatever ran earlier
+    try:
+        with pytest.raises(KeyboardInterrupt):  # not torch's RuntimeError, reported as a failed write (issue 60)
+            atomic_write(tmp_path / "checkpoint.pt", lambda f: torch.save(state, CtrlCOnFirstWrite(f)))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C handled as before afterwards
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert torch.equal(torch.load(tmp_path / "checkpoint.pt", weights_only=True)["w"], state["w"])  # whole
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary left
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C handled as before afterwards
 
 
 # ---- smaller items of issue 53 ----

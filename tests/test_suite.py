@@ -118,6 +118,7 @@ def both_points_run(folder, start, after):
             }
         )
     )
+    (folder / "config.toml").write_text('[eval]\npoint = "both"\n')  # one config for every row: like with like
 
 
 def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
