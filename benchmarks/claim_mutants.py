@@ -163,6 +163,11 @@ MUTANTS = {
         ' if not ends or p["round"] <= min(ends)]',
         "]",
     ),
+    "M28": (
+        "rule 3: a floor read at the paper's point bounds a claim judged at another point",
+        "        if point == self.paper_point:\n",
+        "        if True:\n",
+    ),
 }
 
 

@@ -59,7 +59,11 @@ def test_rule_1_a_claim_is_judged_at_the_point_its_suite_declares_for_the_paper(
     assert judge(ABOVE, Evidence(tmp_path, 5, floor=1.0)).verdict == HOLDS  # each run's own point: the start
     declared = Evidence(tmp_path, 5, paper_point="after-local", floor=1.0)
     assert judge(ABOVE, declared).verdict == FAILS
-    assert judge({**ABOVE, "point": "start"}, declared).verdict == HOLDS  # a claim naming its point keeps it
+    at_start = Evidence(tmp_path, 5, paper_point="after-local", floor=1.0, floors_at_points={"start": ((1.0, None),)})
+    assert judge({**ABOVE, "point": "start"}, at_start).verdict == HOLDS  # a claim naming its point keeps it
+    # and is judged with a floor read at that point only: the paper's point's floor does not bound it
+    unbounded = judge({**ABOVE, "point": "start"}, declared)
+    assert unbounded.verdict == UNSURE and "none measured at the evaluation point start" in unbounded.detail
 
 
 def test_rule_2_rows_are_compared_only_at_equal_rounds_and_data(tmp_path):
@@ -378,9 +382,25 @@ def claims_table_in(folder: Path, suite) -> list[str]:
     return claims_table(root, [suite])
 
 
+def toy_suite(claims, noise_rows, **more):
+    """A one-column suite of rows a and b with `claims`, and `noise_rows` as its noise floor's repeats."""
+    from pfedkit.experiments.suite import Column, Scale, Suite
+
+    return Suite(
+        name="toy",
+        paper="Toy paper",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col")},
+        rows=("a", "b", *noise_rows),
+        scales={"small": Scale({}, 0, "small")},
+        claims=tuple(claims),
+        noise={"column": "col", "rows": list(noise_rows)},
+        **more,
+    )
+
+
 def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(tmp_path):
     from pfedkit.experiments.reproduce import claims_table
-    from pfedkit.experiments.suite import Column, Scale, Suite
 
     root = tmp_path / "results"
     cuda = {"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}, "run": {"device": "cuda"}}
@@ -390,16 +410,7 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     noise_rows = ("n", "n-repeat1")
     for row, value in zip(noise_rows, (0.54, 0.545)):
         flat_run(root / "toy" / "col" / row / "seed0", value)
-    suite = Suite(
-        name="toy",
-        paper="Toy paper",
-        base={"train": {"rounds": 19}},
-        columns={"col": Column("col")},
-        rows=("a", "b", *noise_rows),
-        scales={"small": Scale({}, 0, "small")},
-        claims=(ABOVE,),
-        noise={"column": "col", "rows": list(noise_rows)},
-    )
+    suite = toy_suite((ABOVE,), noise_rows)
 
     def line(label: str) -> str:
         return next(x for x in claims_table(root, [suite]) if x.endswith(f"| `{label}` |"))
@@ -535,11 +546,11 @@ def test_rule_3_each_row_takes_the_floor_measured_near_its_own_accuracy(tmp_path
     assert judge(claim, Evidence(tmp_path, 5, floor=0.2, floor_at=55.0)).verdict == UNSURE  # was: holds
     # a floor near each row: the pair's floor is their root mean square, sqrt((0.1^2 + 0.7^2) / 2) = 0.5
     evidence = Evidence(tmp_path, 5, floor=0.1, floor_at=74.0, more_floors=((0.7, 36.0),))
-    assert evidence.floor_for([75.0, 35.0])[0] == pytest.approx(0.5)
+    assert evidence.floor_for([75.0, 35.0], None)[0] == pytest.approx(0.5)
     assert judge({**claim, "at_least": 38.0}, evidence).verdict == HOLDS  # +2 over the margin, 2 x 0.5 away
     # a floor of unknown level gives way to one measured near the rows
     unknown = Evidence(tmp_path, 5, floor=1.0, more_floors=((0.1, 75.0),))
-    assert unknown.floor_for([75.0])[0] == pytest.approx(0.1)
+    assert unknown.floor_for([75.0], None)[0] == pytest.approx(0.1)
 
 
 def test_rule_2_runs_without_a_config_are_not_like(tmp_path):
@@ -599,3 +610,22 @@ def test_a_row_whose_runs_diverged_is_named_so_not_only_not_run(tmp_path):
     assert got.verdict == HOLDS and "not run: c (diverged: seed0)" in got.detail
     alone = judge({**ABOVE_TWO, "rows": ["c", "a"]}, Evidence(tmp_path, 5, floor=0.1))
     assert alone.verdict == NOT_RUN and "c (diverged: seed0)" in alone.detail
+
+
+def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_that_point(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    # repeats that agree at the round start (0.2 points apart) and not after local training (6 points apart)
+    noise_rows = ("n", "n-repeat1")
+    for row, (start, after) in zip(noise_rows, ((0.500, 0.60), (0.502, 0.66))):
+        run(tmp_path / "col" / row / "seed0", [start] * 20, after=[after] * 20, config=BASE)
+    run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.63] * 20, config=BASE)  # 2 points ahead at the start
+    run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.63] * 20, config=BASE)
+    at_start = {**ABOVE, "point": "start"}
+    suite = toy_suite((at_start,), noise_rows, paper_point="after-local")
+    evidence, _ = reproduce.suite_evidence(suite, tmp_path, "small", False)
+    assert evidence.floor == pytest.approx(6 / 2**0.5)  # the paper's point: after local training
+    assert evidence.floors_at_points["start"][0][0] == pytest.approx(0.2 / 2**0.5)
+    # +2 points on one seed: beyond 2 standard errors of the start's floor (0.2), within those of the after-local one
+    got = judge(at_start, evidence)
+    assert got.verdict == HOLDS, got.detail

@@ -20,10 +20,10 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows, which differ
-   only in run.repeat), measured at the claim's scale: each compared row takes the floor measured nearest its
-   accuracy, within FLOOR_REACH points, and a pair the root mean square of its two. Without such a floor, no verdict,
-   however many seeds. A gap within two standard errors of its boundary: cannot tell. "Within" and a paper's number
-   are judged on the signed gaps, not their distances.
+   only in run.repeat), measured at the claim's scale and evaluation point: each compared row takes the floor
+   measured nearest its accuracy, within FLOOR_REACH points, and a pair the root mean square of its two. Without such
+   a floor, no verdict, however many seeds. A gap within two standard errors of its boundary: cannot tell. "Within"
+   and a paper's number are judged on the signed gaps, not their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
    the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
    still rises at all (but away from a number it already fails); for "within", while either curve rises faster than
@@ -80,12 +80,20 @@ class Evidence:
     floor_at: Optional[float] = None  # the accuracy (%) of the runs the floor was measured on; None: not known
     column_keys: Mapping[str, frozenset] = field(default_factory=dict)  # config keys each column changes
     more_floors: tuple[tuple[float, float], ...] = ()  # further (floor, accuracy) pairs, measured at other levels
+    # the floors above are measured at paper_point; these, as (floor, accuracy) pairs, at the other points claims name
+    floors_at_points: Mapping[str, tuple[tuple[float, Optional[float]], ...]] = field(default_factory=dict)
 
-    def floor_for(self, accuracies: Sequence[float]) -> tuple[Optional[float], str]:
-        """Rule 3: each compared row's noise from the floor measured nearest its accuracy, where near enough
-        (FLOOR_REACH), as one floor for the pair (the root mean square: a gap's variance is the sum of its two rows');
-        else None and why. A floor of unknown level (none recorded) applies only where no measured one does."""
-        floors = ([(self.floor, self.floor_at)] if self.floor is not None else []) + list(self.more_floors)
+    def floor_for(self, accuracies: Sequence[float], point: Optional[str]) -> tuple[Optional[float], str]:
+        """Rule 3: each compared row's noise from the floor measured at the claim's evaluation point nearest its
+        accuracy, where near enough (FLOOR_REACH), as one floor for the pair (the root mean square: a gap's variance
+        is the sum of its two rows'); else None and why. A floor of unknown level (none recorded) applies only where
+        no measured one does."""
+        if point == self.paper_point:
+            floors = ([(self.floor, self.floor_at)] if self.floor is not None else []) + list(self.more_floors)
+        else:  # a floor read at one point does not bound results read at another (after local training, say)
+            floors = list(self.floors_at_points.get(point, ()))
+            if not floors:
+                return None, f"none measured at the evaluation point {point or 'of each run'} at this scale"
         if not floors:
             return None, "none measured at this scale"
         chosen = []
@@ -287,7 +295,7 @@ def judge_pair(
 ) -> tuple[str, str]:
     """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary."""
     accuracies = [statistics.fmean(evidence.results(column, row, point)[s] for s in seeds) for row in rows]
-    verdict, why = decide(excess, *evidence.floor_for(accuracies))
+    verdict, why = decide(excess, *evidence.floor_for(accuracies, point))
     claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
     return provisional(verdict, why, statistics.fmean(excess), claimant, other, rows)
 
@@ -402,7 +410,7 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
     excess = room_left(claim["points"], [runs[s] - base[s] for s in shared])
-    verdict, why = decide(excess, *evidence.floor_for([value, ref]))
+    verdict, why = decide(excess, *evidence.floor_for([value, ref], point))
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
@@ -433,7 +441,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return Judgement(NOT_RUN, judges)
     value = statistics.fmean(runs.values())
     excess = room_left(claim["points"], [v - target for v in runs.values()])
-    floor, no_floor = evidence.floor_for([value])
+    floor, no_floor = evidence.floor_for([value], point)
     verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else None, no_floor)
     gain, rising = trend(evidence, column, row, sorted(runs), point)
     # the number stays put: only the row's own curve moves; a match holds only once it has stopped moving (rising, it

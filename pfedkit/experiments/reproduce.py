@@ -446,18 +446,25 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
             raise ConfigError(f"suite {suite.name}: noise.suite {suite.noise['suite']!r} is not a suite")
         source = SUITES[suite.noise["suite"]]
         folder = out.parent / (results_folder(source.name, scale) + (GPU_FOLDER_SUFFIX if on_gpu else ""))
-    measured = [measured_floor(noise, [folder], k, suite.paper_point) for noise in noise_entries(source.noise)]
-    found = [(f, level) for f, _, level in measured if f is not None]
-    text = "; ".join(t for _, t, _ in measured) if measured else "no noise rows in the suite"
+    # rule 3: a floor is read at the point its claims are judged, the paper's and any other a claim names
+    points = [suite.paper_point] + sorted(
+        {c["point"] for c in suite.claims if c.get("point", suite.paper_point) != suite.paper_point}
+    )
+    measured = {p: [measured_floor(noise, [folder], k, p) for noise in noise_entries(source.noise)] for p in points}
+    found = {p: [(f, level) for f, _, level in m if f is not None] for p, m in measured.items()}
+    at_paper = measured[suite.paper_point]
+    text = "; ".join(t for _, t, _ in at_paper) if at_paper else "no noise rows in the suite"
     devices = run_devices([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)])
     if any((device == "cpu") == on_gpu for device in devices):  # a floor bounds the runs of its own device only
-        found = []
+        found = {p: [] for p in points}
         text = f"not used: {out.name} holds runs with run.device {', '.join(devices)} (a GPU's go in <folder>_gpu)"
-    floor, level = found[0] if found else (None, None)
+    floor, level = found[suite.paper_point][0] if found[suite.paper_point] else (None, None)
     if source is not suite:
         text += f", borrowed from suite {source.name} (the same setting)"
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
-    return Evidence(out, k, suite.paper_point, floor, level, column_keys, tuple(found[1:])), text
+    elsewhere = {p: tuple(found[p]) for p in points[1:] if found[p]}
+    more = tuple(found[suite.paper_point][1:])
+    return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere), text
 
 
 def noise_entries(noise: Any) -> list[Mapping[str, Any]]:
