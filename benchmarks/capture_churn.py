@@ -27,6 +27,9 @@ from torch import nn
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from report import emit  # noqa: E402
 
 import pfedkit.engine.simulation as simulation  # noqa: E402
 from pfedkit.engine import cohort as cohort_module  # noqa: E402
@@ -118,10 +121,7 @@ def main() -> None:
         for r in results
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n\n")
+    emit(text, args.out, append=True)
 
 
 if __name__ == "__main__":

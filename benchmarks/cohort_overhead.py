@@ -32,6 +32,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from report import emit  # noqa: E402
 
 from pfedkit.data.federated import FederatedDataset  # noqa: E402
 from pfedkit.engine.cohort import Cohort  # noqa: E402
@@ -158,10 +161,7 @@ def main() -> None:
     lines += ["", "most issued operations per round:"]
     lines += [f"- {r['variant']}: " + ", ".join(f"{name} {n}" for name, n in r["top"]) for r in rows]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n\n")
+    emit(text, args.out, append=True)
 
 
 if __name__ == "__main__":

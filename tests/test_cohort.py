@@ -205,9 +205,26 @@ def test_clients_in_chunks_give_the_same_as_one_cohort():
         assert_states_close(chunked[cid][0], whole[cid][0], f"client {cid}")
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local", "fedpac"])
+@pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local", "fedpac", "pgfedsplit"])
 def test_batched_evaluation_equals_each_client_on_its_own(name):
     check_batched_evaluation(name, torch.device("cpu"))
+
+
+def test_pgfedsplit_evaluated_in_a_cohort_mixes_a_delivered_head_in_first():
+    method, fed = method_for("pgfedsplit", images=True), federation(True, sizes=[13, 7, 22, 2, 30])
+    tasks = round_tasks(method, fed, round=1, kind="eval")
+    assert all(any(k.startswith("aggregated_head.") for k in t.payload) for t in tasks)  # a head was delivered
+    got = dict(Cohort(method, fed).evaluate(tasks))
+    mixed = unmixed = 0
+    for t in tasks:
+        data = fed.client(t.cid)
+        as_sent = method.load(t.payload, t.client)  # the client's own head, the delivered one left out
+        own = evaluate_model(as_sent, data.test_x, data.test_y)
+        adapted = evaluate_model(method.personalized_model(t.client, t.payload, data, 1), data.test_x, data.test_y)
+        assert got[t.cid][1] == pytest.approx(adapted[1], rel=1e-5, abs=1e-5)
+        mixed += got[t.cid][1] != pytest.approx(own[1], rel=1e-5, abs=1e-5)
+        unmixed += got[t.cid][1] == pytest.approx(own[1], rel=1e-5, abs=1e-5)
+    assert mixed >= 3, (mixed, unmixed)  # alpha < 1 for most clients: their evaluated head is not their own
 
 
 def check_batched_evaluation(name: str, device: torch.device) -> None:
@@ -326,7 +343,7 @@ def test_methods_declare_what_the_engine_may_batch():
     assert METHODS["fedavg-ft"].capabilities() == Capabilities(True, False)  # fine-tuned before evaluation: code
     assert METHODS["fedamp"].capabilities() == Capabilities(False, False)
     assert METHODS["fedafk"].capabilities() == Capabilities(True, True)  # three models stepped together: a joint step
-    assert METHODS["pgfedsplit"].capabilities() == Capabilities(True, False)  # a delivered head mixed in first
+    assert METHODS["pgfedsplit"].capabilities() == Capabilities(True, True)  # a delivered head mixed into its weights
 
 
 def test_a_cohort_inside_the_default_device_mode_of_a_gpu_run():

@@ -16,11 +16,9 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Callable, Literal, Mapping, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from scipy.optimize import minimize_scalar
 from torch import nn
 
 from pfedkit.methods.base import (
@@ -100,18 +98,23 @@ def next_period(period: int, alpha_mean: float, alpha_prev: float, low: int, hig
     return int(min(max(period + step, low), high))
 
 
-def minimize_on_unit_interval(objective: Callable[[float], float], grid: int = 101, tol: float = 1e-7) -> float:
-    """The minimizer of a convex function on [0, 1]: a grid, then SciPy's bounded Brent search in the grid cell
-    around the best point; the ends are candidates too, so a minimum at 0 or 1 is found exactly."""
-    points = np.linspace(0.0, 1.0, grid)
-    values = [objective(float(a)) for a in points]
-    best = int(np.argmin(values))
-    low, high = points[max(best - 1, 0)], points[min(best + 1, grid - 1)]
-    refined = minimize_scalar(objective, bounds=(low, high), method="bounded", options={"xatol": tol})
-    candidates = [(values[best], float(points[best])), (values[0], 0.0), (values[-1], 1.0)]
-    if refined.success:
-        candidates.append((float(refined.fun), float(refined.x)))
-    return min(candidates)[1]
+def minimize_on_unit_interval(
+    objective: Callable[[torch.Tensor], torch.Tensor], grid: int = 21, tol: float = 1e-7
+) -> float:
+    """The minimizer of a convex function on [0, 1], `objective` taking a whole grid of points (float64) at once: a
+    grid over [0, 1], then grids over the two cells around the best point, until a cell is at most `tol` wide. The
+    ends are grid points, so a minimum at 0 or 1 is found exactly; one host sync a pass (seven passes on a GPU, not a
+    hundred-odd scalar evaluations)."""
+    low, high = 0.0, 1.0
+    while True:
+        points = [low + i * (high - low) / (grid - 1) for i in range(grid - 1)] + [high]
+        best = int(torch.argmin(objective(torch.tensor(points, dtype=torch.float64, device="cpu"))))
+        if (high - low) / (grid - 1) <= tol:
+            return points[best]
+        low, high = points[max(best - 1, 0)], points[min(best + 1, grid - 1)]
+
+
+MIX_ELEMENTS = 1 << 23  # logits held at once while the alpha grid is evaluated (a chunk of the grid)
 
 
 def variance_scales(label_shares: torch.Tensor, mode: str) -> torch.Tensor:
@@ -183,7 +186,7 @@ def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -
 class PGFedSplit(Method):
     name = "pgfedsplit"
     training = "plan"
-    evaluation = "model"  # a delivered head mixed in first
+    evaluation = "weights"  # a delivered head mixed in first: new weights, then evaluated like any (batched)
     summary = (
         "body averaged each round, heads every tau rounds (adaptive), gap-aware head mixing, "
         "Gaussian-augmented head training"
@@ -245,9 +248,18 @@ class PGFedSplit(Method):
             )
         )  # KL(softmax(own / T) || softmax(aggregated / T))
         penalty = self.params.gap_weight * gap * kl
+        chunk = max(1, MIX_ELEMENTS // max(own.numel(), 1))
 
-        def objective(alpha: float) -> float:
-            return float(F.cross_entropy(alpha * own + (1 - alpha) * aggregated, y)) + penalty * alpha**2
+        own64, aggregated64 = own.double(), aggregated.double()  # float32's rounding would blur alpha by ~3e-4
+
+        def objective(alphas: torch.Tensor) -> torch.Tensor:  # the whole grid of alphas in a few passes
+            values = []
+            for part in alphas.split(chunk):
+                a = part.to(own.device)[:, None, None]
+                mixed = a * own64 + (1 - a) * aggregated64  # (alphas, samples, classes)
+                ce = F.cross_entropy(mixed.flatten(0, 1), y.repeat(len(part)), reduction="none")
+                values.append(ce.view(len(part), -1).mean(1).cpu())
+            return torch.cat(values) + penalty * alphas**2
 
         return minimize_on_unit_interval(objective)
 
@@ -334,13 +346,17 @@ class PGFedSplit(Method):
                 variances[k] = stacked[holds[:, k], k].var(0, unbiased=True) + EPS
         return variances
 
-    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+    def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
         """{theta, phi_i} after the round's head adaptation (the PFLlib evaluate() position, docs/methods.md 3.4-h)."""
+        if not any(k.startswith(AGG) for k in payload):
+            return self.model_weights(payload, client)
         model = self.load(payload, client)
-        if any(k.startswith(AGG) for k in payload):
-            z, y = self.embedding_set(model, payload, data, round)
-            self.adapt_head(model, payload, client, z, y, round)
-        return model
+        z, y = self.embedding_set(model, payload, data, round)
+        self.adapt_head(model, payload, client, z, y, round)
+        return self.state_of(model)
+
+    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
+        return self.load(self.evaluation_weights(client, payload, data, round))
 
     def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(reply)  # {theta, phi_i} as trained: this round's head adaptation is already in them
