@@ -159,14 +159,56 @@ MUTANTS = {
         "",
     ),
     "M27": (
-        "rule 4: a mean curve past the rounds every seed reached (the longer seeds alone)",
-        ' if not ends or p["round"] <= min(ends)]',
-        "]",
+        "rule 4: a row's mean curve over the rounds any seed evaluated (past the rounds all reached, or between "
+        "seed sets)",
+        "    shared = set.intersection(*(set(c) for c in curves)) if curves else set()",
+        "    shared = set.union(*(set(c) for c in curves)) if curves else set()",
     ),
     "M28": (
         "rule 3: a floor read at the paper's point bounds a claim judged at another point",
         "        if point == self.paper_point:\n",
         "        if True:\n",
+    ),
+    "M29": (
+        "rule 3: noise rows of two methods measured as repeats of one",
+        "    if len(set(names.values())) > 1:\n",
+        "    if False:\n",
+    ),
+    "M30": (
+        "rule 3: two runs with the same run.repeat (the same draws) measured as repeats",
+        "    if len(set(repeats.values())) < len(repeats):\n",
+        "    if False:\n",
+    ),
+    "M31": (
+        "rule 3: noise runs of another scale (rounds, data) give the floor",
+        "        if elsewhere:\n",
+        "        if False:\n",
+    ),
+    "M32": (
+        "rule 2: two variants of one method compared as two methods (their shared hyper-parameters skipped)",
+        "    return bool((set(pa.__mro__) & set(pb.__mro__)) - set(HyperParams.__mro__))\n",
+        "    return issubclass(pa, pb) or issubclass(pb, pa)\n",
+    ),
+    "M33": (
+        "rule 2: run.seed skipped (a run filed under another seed's folder is paired)",
+        '    skipped = set(PLACEMENT_KEYS) | {"method.name", "method.source"} | set(allowed)\n',
+        '    skipped = set(PLACEMENT_KEYS) | {"run.seed", "method.name", "method.source"} | set(allowed)\n',
+    ),
+    "M34": (
+        "rule 1: noise runs never evaluated at the point read anyway (crashes the table)",
+        "                if not headline_curve(run, point):  # never evaluated at this point: no result there\n"
+        "                    continue\n",
+        "",
+    ),
+    "M35": (
+        "rule 3: a non-finite result decides",
+        "    if not all(math.isfinite(e) for e in excess) or",
+        "    if False and not all(math.isfinite(e) for e in excess) or",
+    ),
+    "M36": (
+        "count: the paper's precision read from the number as a float (trailing zeros lost)",
+        "    written = str(given) if isinstance(given, (str, int)) else repr(float(given))",
+        "    written = repr(float(given))",
     ),
 }
 

@@ -22,28 +22,31 @@ from pfedkit.experiments.claims import (
     measured_floor,
 )
 from pfedkit.io import atomic_write_csv
+from pfedkit.reports.tables import finished_runs, run_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(folder: Path, accs, *, rounds=None, after=None, config=None):
-    """A finished run folder: accuracies (0-1) one evaluation a round, optionally after local training too."""
+def run(folder: Path, accs, *, rounds=None, after=None, config=None, repeat=0):
+    """A finished run folder: accuracies (0-1) one evaluation a round, optionally after local training too; `repeat`:
+    its run.repeat (another draw of the training randomness, as a noise row's run)."""
     folder.mkdir(parents=True)
+    config = config or {"train": {"rounds": len(accs) - 1}, "data": {"dataset": "cifar10", "fraction": 0.2}}
+    if repeat:
+        config = {**config, "run": {**config.get("run", {}), "repeat": repeat}}
     rows = [{"round": i, "acc": a, **({"acc_after": after[i]} if after else {})} for i, a in enumerate(accs)]
     atomic_write_csv(folder / "metrics.csv", rows, ["round", "acc"] + (["acc_after"] if after else []))
     (folder / "summary.json").write_text(
         json.dumps(
             {
-                "best_acc": max(accs),
+                "best_acc": max(a for a in accs if a != ""),  # "": no evaluation that round
                 "last_acc": accs[-1],
                 "rounds": rounds or len(accs) - 1,
                 "eval_point": "both" if after else "start",
             }
         )
     )
-    (folder / "config.toml").write_text(
-        dump_toml(config or {"train": {"rounds": len(accs) - 1}, "data": {"dataset": "cifar10", "fraction": 0.2}})
-    )
+    (folder / "config.toml").write_text(dump_toml(config))
 
 
 def flat_run(folder: Path, value: float, n: int = 20, **kw):
@@ -141,7 +144,7 @@ def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config
     assert decide([5.0], 1.0)[0] == HOLDS  # beyond 2 x 1.41
     assert decide([2.5], 1.0)[0] == UNSURE
     for repeat, value in enumerate((0.50, 0.52, 0.48)):  # one config, three draws of its training randomness
-        flat_run(tmp_path / "col" / ("r" if repeat == 0 else f"r-repeat{repeat}") / "seed0", value)
+        flat_run(tmp_path / "col" / ("r" if repeat == 0 else f"r-repeat{repeat}") / "seed0", value, repeat=repeat)
     noise = {"column": "col", "rows": ["r", "r-repeat1", "r-repeat2"]}
     floor, text, level = measured_floor(noise, [tmp_path / "missing", tmp_path], 5, None)
     assert floor == pytest.approx(2.0) and "3 repeats" in text  # the standard deviation of 50, 52, 48
@@ -153,7 +156,12 @@ def test_rule_3_one_seed_needs_a_noise_floor_measured_from_repeats_of_one_config
     flat_run(tmp_path / "other" / "r-repeat1" / "seed0", 0.52, config={**config, "run": {"repeat": 1}})
     noise = {"column": "other", "rows": ["r", "r-repeat1"]}
     assert measured_floor(noise, [tmp_path], 5, None)[0] == pytest.approx(0.02 * 100 / 2**0.5)
-    flat_run(tmp_path / "other" / "r-repeat2" / "seed0", 0.48, config={**config, "train": {"rounds": 19, "lr": 0.2}})
+    flat_run(
+        tmp_path / "other" / "r-repeat2" / "seed0",
+        0.48,
+        config={**config, "train": {"rounds": 19, "lr": 0.2}},
+        repeat=2,
+    )
     floor, text, _ = measured_floor({**noise, "rows": ["r", "r-repeat1", "r-repeat2"]}, [tmp_path], 5, None)
     assert floor is None and "train.lr" in text
 
@@ -408,8 +416,8 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
         flat_run(root / folder / "col" / "a" / "seed0", a, config=cuda if folder == "toy_gpu" else None)
         flat_run(root / folder / "col" / "b" / "seed0", b, config=cuda if folder == "toy_gpu" else None)
     noise_rows = ("n", "n-repeat1")
-    for row, value in zip(noise_rows, (0.54, 0.545)):
-        flat_run(root / "toy" / "col" / row / "seed0", value)
+    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
     suite = toy_suite((ABOVE,), noise_rows)
 
     def line(label: str) -> str:
@@ -418,8 +426,8 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     assert "**holds**" in line("toy#1") and "| small, 19 |" in line("toy#1")
     # the CPU's floor does not bound the GPU's runs (other kernels, TF32): no floor measured there, no verdict
     assert "**cannot tell**" in line("toy#1/gpu") and "| small (GPU), 19 |" in line("toy#1/gpu")
-    for row, value in zip(noise_rows, (0.54, 0.545)):
-        flat_run(root / "toy_gpu" / "col" / row / "seed0", value, config=cuda)
+    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):
+        flat_run(root / "toy_gpu" / "col" / row / "seed0", value, config=cuda, repeat=repeat)
     assert "**does not hold**" in line("toy#1/gpu") and "**holds**" in line("toy#1")
 
 
@@ -461,8 +469,9 @@ def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_
     )
     spreads = {"src": 0.01, "src_long": 0.02, "src_gpu": 0.03, "src_long_gpu": 0.04}  # each folder its own floor
     for folder, spread in spreads.items():
-        for row, value in zip(noise_rows, (0.5, 0.5 + spread)):
-            flat_run(tmp_path / folder / "col" / row / "seed0", value)
+        device = {"run": {"device": "cuda"}} if folder.endswith("_gpu") else {}
+        for repeat, (row, value) in enumerate(zip(noise_rows, (0.5, 0.5 + spread))):
+            flat_run(tmp_path / folder / "col" / row / "seed0", value, config={**BASE, **device}, repeat=repeat)
     expected = {name: spread * 100 / 2**0.5 for name, spread in spreads.items()}
     mine = tmp_path / "my_results"  # a name no scale's folder has: the scale and device come from the caller
     for scale, on_gpu, folder in (
@@ -583,8 +592,8 @@ def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(
     root, on_gpu = tmp_path / "results", {**BASE, "run": {"device": "cuda"}}
     flat_run(root / "toy" / "col" / "a" / "seed0", 0.58, config=on_gpu)  # GPU runs in the CPU's folder
     flat_run(root / "toy" / "col" / "b" / "seed0", 0.50, config=on_gpu)
-    for row, value in (("n", 0.54), ("n-repeat1", 0.545)):
-        flat_run(root / "toy" / "col" / row / "seed0", value, config=BASE)
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, config=BASE, repeat=repeat)
     suite = Suite(
         name="toy",
         paper="Toy paper",
@@ -617,8 +626,8 @@ def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_
 
     # repeats that agree at the round start (0.2 points apart) and not after local training (6 points apart)
     noise_rows = ("n", "n-repeat1")
-    for row, (start, after) in zip(noise_rows, ((0.500, 0.60), (0.502, 0.66))):
-        run(tmp_path / "col" / row / "seed0", [start] * 20, after=[after] * 20, config=BASE)
+    for repeat, (row, (start, after)) in enumerate(zip(noise_rows, ((0.500, 0.60), (0.502, 0.66)))):
+        run(tmp_path / "col" / row / "seed0", [start] * 20, after=[after] * 20, config=BASE, repeat=repeat)
     run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.63] * 20, config=BASE)  # 2 points ahead at the start
     run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.63] * 20, config=BASE)
     at_start = {**ABOVE, "point": "start"}
@@ -629,3 +638,131 @@ def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_
     # +2 points on one seed: beyond 2 standard errors of the start's floor (0.2), within those of the after-local one
     got = judge(at_start, evidence)
     assert got.verdict == HOLDS, got.detail
+
+
+# ---- holes found by the sitting-28 review (/tmp/audit62): each test fails on the code before it ----
+
+
+def test_rule_3_a_floor_only_from_runs_of_one_method_that_differ_in_their_draws(tmp_path):
+    noise = {"column": "col", "rows": ["n", "n-repeat1"]}
+    flat_run(tmp_path / "col" / "n" / "seed0", 0.500, config={**BASE, "method": {"name": "fedper"}})
+    flat_run(tmp_path / "col" / "n-repeat1" / "seed0", 0.501, config={**BASE, "method": {"name": "local"}}, repeat=1)
+    floor, text, _ = measured_floor(noise, [tmp_path], 5, None)
+    assert floor is None and "method.name" in text  # two methods' gap is no measure of one method's noise
+    same = tmp_path / "same"  # the same run twice (no run.repeat): a floor of 0 would decide any gap
+    flat_run(same / "col" / "n" / "seed0", 0.5, config=BASE)
+    flat_run(same / "col" / "n-repeat1" / "seed0", 0.5, config=BASE)
+    floor, text, _ = measured_floor(noise, [same], 5, None)
+    assert floor is None and "the same draws" in text
+
+
+def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_it_bounds(tmp_path, monkeypatch):
+    from pfedkit.experiments import reproduce
+    from pfedkit.experiments.suite import Column, Scale, Suite
+
+    elsewhere = {"train": {"rounds": 9}, "data": {"dataset": "cifar10", "fraction": 1.0}}  # not the suite's 19 rounds
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(
+            tmp_path / "mine" / "col" / row / "seed0", 0.500 + 0.0005 * repeat, n=10, config=elsewhere, repeat=repeat
+        )
+    flat_run(tmp_path / "mine" / "col" / "a" / "seed0", 0.503, config=BASE)
+    flat_run(tmp_path / "mine" / "col" / "b" / "seed0", 0.500, config=BASE)
+    evidence, text = reproduce.suite_evidence(
+        toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path / "mine", "small", False
+    )
+    assert evidence.floor is None and "not of this scale (train.rounds 9" in text
+    assert judge(ABOVE, evidence).verdict == UNSURE
+    # a floor borrowed from another suite's folder holding a GPU's repeats does not bound a CPU's runs
+    source = Suite(
+        name="src",
+        paper="Source",
+        base={"train": {"rounds": 19}},
+        columns={"col": Column("col")},
+        rows=("n", "n-repeat1"),
+        scales={"small": Scale({}, 0, "small")},
+        noise={"column": "col", "rows": ["n", "n-repeat1"]},
+    )
+    monkeypatch.setitem(reproduce.SUITES, "src", source)
+    cuda = {**BASE, "run": {"device": "cuda"}}
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(tmp_path / "src" / "col" / row / "seed0", 0.500 + 0.0005 * repeat, config=cuda, repeat=repeat)
+    borrower = toy_suite((ABOVE,), ())
+    borrower = type(borrower)(**{**borrower.__dict__, "noise": {"suite": "src"}})
+    evidence, text = reproduce.suite_evidence(borrower, tmp_path / "mine", "small", False)
+    assert evidence.floor is None and "src holds runs with run.device cuda" in text
+
+
+def test_rule_2_two_variants_of_one_method_are_compared_on_their_shared_hyper_parameters(tmp_path):
+    def variant(name, **params):
+        return {**BASE, "method": {"name": name, **params}}
+
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.60, config=variant("pgfedsplit-no-apa", proto_weight=5.0))
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50, config=variant("pgfedsplit-no-gau", proto_weight=1.0))
+    claim = {**ABOVE, "differ_in": ["method.adaptive_period", "method.gaussian_augmentation"]}
+    got = judge(claim, Evidence(tmp_path, 5, floor=0.3))
+    assert got.verdict == UNSURE and "method.proto_weight" in got.detail
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.50, config=variant("pgfedsplit-no-gau", proto_weight=5.0))
+    assert judge({**claim, "rows": ["a", "c"]}, Evidence(tmp_path, 5, floor=0.3)).verdict == HOLDS
+
+
+def test_rule_1_noise_rows_never_evaluated_at_the_point_are_no_floor_and_no_crash(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.70] * 20, config=BASE)
+    run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.60] * 20, config=BASE)
+    for repeat, row in enumerate(("n", "n-repeat1")):  # evaluated at the round start only
+        run(tmp_path / "col" / row / "seed0", [0.500 + 0.002 * repeat] * 20, config=BASE, repeat=repeat)
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), paper_point="after-local")
+    evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
+    assert evidence.floor is None and judge(ABOVE, evidence).verdict == UNSURE
+
+
+def test_rule_2_a_seed_folder_holds_its_seed_and_only_seed_folders_are_seeds(tmp_path):
+    def seed(number, **run_keys):
+        return {**BASE, "run": {"seed": number, **run_keys}}
+
+    flat_run(tmp_path / "col" / "a" / "seed1", 0.60, config=seed(1))
+    flat_run(tmp_path / "col" / "b" / "seed1", 0.50, config=seed(0))  # seed 0's run filed as seed 1: another partition
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))
+    assert got.verdict == UNSURE and "run.seed" in got.detail
+    flat_run(tmp_path / "col" / "b" / "seed0-old", 0.40, config=seed(0))  # set aside beside the seeds: no seed
+    assert [d.name for d in finished_runs(tmp_path / "col", "b")] == ["seed1"]
+
+
+def test_a_non_finite_accuracy_is_refused_not_judged(tmp_path):
+    from pfedkit.errors import PfedkitError
+
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.60)
+    metrics = tmp_path / "col" / "a" / "seed0" / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("0.6\n", "nan\n", 1))
+    with pytest.raises(PfedkitError, match="not a number"):
+        run_metrics(metrics.parent)
+    assert decide([float("nan")], 0.3)[0] == UNSURE  # and a verdict never rests on one
+
+
+def test_a_parameter_count_written_as_text_keeps_the_papers_trailing_zeros():
+    claim = {"kind": "count", "text": "t", "model": "mlp", "input_shape": [1, 28, 28], "num_classes": 10}
+    assert judge({**claim, "millions": "0.120"}, None).verdict == FAILS  # 118,282: 0.118M at three decimals
+    assert judge({**claim, "millions": "0.12"}, None).verdict == HOLDS
+    assert judge({**claim, "millions": 0}, None).verdict == HOLDS  # an integer: no decimals, 0.118M rounds to 0
+
+
+def test_rule_4_a_rows_curve_is_read_at_the_rounds_every_seed_evaluated(tmp_path):
+    rounds = 30
+
+    def curve(accuracy, every):  # evaluated every `every` rounds and at the last; "" elsewhere
+        config = {**BASE, "train": {"rounds": rounds}, "eval": {"every": every}}
+        return [accuracy(r) if r % every == 0 or r == rounds else "" for r in range(rounds + 1)], config
+
+    # b rises 0.2 points a round on both seeds, seed 1 evaluated every 5 rounds; a is flat, ahead on both seeds
+    for folder, accuracy, every in (
+        ("b/seed0", lambda r: 0.60 + 0.002 * r, 1),
+        ("b/seed1", lambda r: 0.40 + 0.002 * r, 5),
+        ("a/seed0", lambda r: 0.68, 1),
+        ("a/seed1", lambda r: 0.48, 5),
+    ):
+        accs, config = curve(accuracy, every)
+        run(tmp_path / "col" / folder, accs, config=config)
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.5, floor_at=60.0))
+    # a mean over whichever seeds evaluated a round jumps between seed sets and reads b as falling
+    assert got.verdict == UNSURE and "b is still rising" in got.detail, got.detail

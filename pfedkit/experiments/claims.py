@@ -13,24 +13,26 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 
 1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
    numbers (`paper_point`), else at each run's own.
-2. Like with like: two rows are compared on the seeds both finished (a seed fixes the partition and the sampled
-   clients), and only if their runs agree, on every one of those seeds, on every config key beyond what
-   `differ_in` names (where a run is kept, two different methods' own hyper-parameters, and a hyper-parameter that
-   either run's other values leave unused, aside; a "within" claim's two columns may differ in what the columns
-   change).
+2. Like with like: two rows are compared on the seeds both finished (folders seed<N>; a seed fixes the partition and
+   the sampled clients, and its runs must state that seed), and only if their runs agree, on every one of those seeds,
+   on every config key beyond what `differ_in` names (where a run is kept, two different methods' own hyper-parameters
+   (a method's variants share theirs), and a hyper-parameter that either run's other values leave unused, aside; a
+   "within" claim's two columns may differ in what the columns change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
-   below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows, which differ
-   only in run.repeat), measured at the claim's scale and evaluation point: each compared row takes the floor
+   below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
+   a run.repeat each and nothing else different), measured at the claim's scale (its runs as the suite sets them
+   there), device and evaluation point: each compared row takes the floor
    measured nearest its accuracy, within FLOOR_REACH points, and a pair the root mean square of its two. Without such
-   a floor, no verdict, however many seeds. A gap within two standard errors of its boundary: cannot tell. "Within"
-   and a paper's number are judged on the signed gaps, not their distances.
+   a floor, no verdict, however many seeds; nor on a non-finite result. A gap within two standard errors of its
+   boundary: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
    the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
    still rises at all (but away from a number it already fails); for "within", while either curve rises faster than
    the other. A curve too short for the mark rises when its last fifth gains more than half a point; a row's seeds
-   are read up to the last round all of them reached.
+   are read at the rounds all of them evaluated.
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
-pair holds, does not hold when any does not.
+pair holds, does not hold when any does not. A row with no finished run (or whose runs diverged) is not a pair: the
+line names it ("not run: ..."), and its verdict is of the rows that ran; likewise a margin's.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from pfedkit.reports.tables import (
     curve_trend,
     finished_runs,
     headline_curve,
-    mean_curve,
     mean_of_last,
 )
 
@@ -156,6 +157,8 @@ def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") 
     one, no verdict: two seeds that happen to agree would otherwise decide anything)."""
     mean = statistics.fmean(excess)
     seeds = f"{len(excess)} seeds" if len(excess) > 1 else "one seed"
+    if not all(math.isfinite(e) for e in excess) or (floor is not None and not math.isfinite(floor)):
+        return UNSURE, f"no verdict on a non-finite result ({', '.join(f'{e:g}' for e in excess)} on {seeds})"
     if floor is None:
         return UNSURE, f"{mean:+.2f} on {seeds}; no verdict without a noise floor ({no_floor or 'none measured'})"
     error = gap_error(excess, floor)
@@ -175,12 +178,12 @@ def still_closing(excess: float, claimant: tuple[float, bool], other: tuple[floa
 
 def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str] = ()) -> list[str]:
     """Rule 2: the config keys on which each compared run differs from the first (row -> flat config, every value
-    stated), less the keys a claim allows, where runs are kept (PLACEMENT_KEYS), the seed, the method's name and code,
+    stated), less the keys a claim allows, where runs are kept (PLACEMENT_KEYS), the method's name and code,
     and two different methods' own hyper-parameters (a method and its variant share theirs: those must agree)."""
     from pfedkit.config import PLACEMENT_KEYS
 
     rows = list(configs)
-    skipped = set(PLACEMENT_KEYS) | {"run.seed", "method.name", "method.source"} | set(allowed)
+    skipped = set(PLACEMENT_KEYS) | {"method.name", "method.source"} | set(allowed)
     found = []
     first = configs[rows[0]] if rows else {}
     for other in rows[1:]:
@@ -195,29 +198,38 @@ def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str]
 
 
 def related_methods(a: Optional[str], b: Optional[str]) -> bool:
-    """One method a variant or subclass of the other: their hyper-parameters are one set, compared key by key."""
+    """One method a variant or subclass of the other, or both variants of one: their hyper-parameters are one set,
+    compared key by key."""
     from pfedkit.errors import ConfigError
     from pfedkit.registry import method_class
 
     if a is None or b is None:
         return a == b
     try:
-        pa, pb = method_class(a).Params, method_class(b).Params
+        return related_params(method_class(a).Params, method_class(b).Params)
     except ConfigError:
         return a == b
-    return issubclass(pa, pb) or issubclass(pb, pa)
+
+
+def related_params(pa: type, pb: type) -> bool:
+    """Two methods' hyper-parameter classes are one set: one a subclass of the other, or two variants of one method
+    (pgfedsplit-no-apa, pgfedsplit-no-gau), i.e. a shared ancestor below the hyper-parameters every method has."""
+    from pfedkit.methods.base import HyperParams
+
+    return bool((set(pa.__mro__) & set(pb.__mro__)) - set(HyperParams.__mro__))
 
 
 # ---- gathering the numbers ----
 
 
 def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> tuple[float, bool]:
-    """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds, up to the last round
-    every seed reached (past it the mean is of the longer seeds alone). A curve too short for the tables' mark (an FT
+    """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds, at the rounds every
+    seed evaluated (past the last round one reached, or where their evaluations fall apart, a mean of some seeds alone
+    would jump between seed sets). A curve too short for the tables' mark (an FT
     row evaluated every 5 rounds of 20) counts as rising when its last fifth gains more than RISE_POINTS."""
-    runs = evidence.runs(column, row, seeds)
-    ends = [max((r for r, _ in headline_curve(run, point)), default=0) for run in runs]
-    curve = [(p["round"], 100 * p["acc"]) for p in mean_curve(runs, point) if not ends or p["round"] <= min(ends)]
+    curves = [dict(headline_curve(run, point)) for run in evidence.runs(column, row, seeds)]
+    shared = set.intersection(*(set(c) for c in curves)) if curves else set()  # no round read from some seeds only
+    curve = [(r, 100 * statistics.fmean(c[r] for c in curves)) for r in sorted(shared)]
     if len(curve) < 2:
         return 0.0, False
     gain = curve_gain(curve)[0]
@@ -460,15 +472,19 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
 
 def count(claim: Mapping[str, Any], evidence: Optional[Evidence] = None) -> Judgement:
     """The trainable parameters (requires_grad) of the model the claim names, built as a run builds it, against the
-    paper's count in millions rounded as the paper rounds it (1.46 -> two decimals)."""
+    paper's count in millions rounded as the paper rounds it (1.46 -> two decimals; "0.120", written as a string,
+    three; 11 none)."""
     from pfedkit.models import build_model
 
     model = build_model(
         claim["model"], tuple(claim["input_shape"]), claim["num_classes"], **dict(claim.get("options", {}))
     )
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    paper = float(claim["millions"])
-    decimals = len(repr(paper).partition(".")[2])
+    # the paper's rounding from the number as written: a string keeps trailing zeros ("0.120": three decimals)
+    given = claim["millions"]
+    written = str(given) if isinstance(given, (str, int)) else repr(float(given))  # 11: none, 1.46: two
+    paper = float(written)
+    decimals = len(written.partition(".")[2])
     ours = round(trainable / 1e6, decimals)
     verdict = HOLDS if math.isclose(ours, paper) else FAILS
     return Judgement(
@@ -499,12 +515,29 @@ def check_claims(claims: Sequence[Mapping[str, Any]], evidence: Evidence) -> lis
     return [judge(claim, evidence).line(claim["text"]) for claim in claims]
 
 
+def not_repeats(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Why the runs of one seed (row -> flat config) are not repeats of one config: another method, a key beyond
+    run.repeat, or two runs with the same run.repeat (the same draws: no spread to measure)."""
+    names = {row: c.get("method.name") for row, c in configs.items()}
+    if len(set(names.values())) > 1:
+        return [f"method.name {', '.join(f'{r} {n!r}' for r, n in names.items())}"]
+    repeats = {row: c.get("run.repeat", 0) for row, c in configs.items()}
+    if len(set(repeats.values())) < len(repeats):
+        return [f"run.repeat {', '.join(f'{row} {r!r}' for row, r in repeats.items())}: the same draws"]
+    return unlike_runs(configs, ("run.repeat",))
+
+
 def measured_floor(
-    noise: Optional[Mapping[str, Any]], folders: Sequence[Path], k: int, point: Optional[str]
+    noise: Optional[Mapping[str, Any]],
+    folders: Sequence[Path],
+    k: int,
+    point: Optional[str],
+    expected: Optional[Callable[[str], Mapping[str, Any]]] = None,
 ) -> tuple[Optional[float], str, Optional[float]]:
     """The suite's noise floor (rule 3) from its `noise` rows, in the first of `folders` where two or more of them
-    finished one seed: (the pooled standard deviation over those seeds, where it was measured, the accuracy (%) of
-    the runs it was measured on)."""
+    finished one seed, repeats of one config, each as `expected(row)` (flat keys: what the scale fixes) says: (the
+    pooled standard deviation over those seeds, where it was measured, the accuracy (%) of the runs it was measured
+    on)."""
     if not noise:
         return None, "no noise rows in the suite", None
     for folder in folders:
@@ -512,12 +545,25 @@ def measured_floor(
         configs: dict[str, dict[str, dict[str, Any]]] = {}
         for row in noise["rows"]:
             for run in finished_runs(folder / noise["column"], row):
+                if not headline_curve(run, point):  # never evaluated at this point: no result there
+                    continue
                 by_seed.setdefault(run.name, []).append(100 * mean_of_last(run, k, point, rounds=True))
                 configs.setdefault(run.name, {})[row] = saved_config(run)
-        # repeats of one config: the runs of a seed may differ in the training draws (run.repeat) and nothing else
-        unlike = [u for seed in sorted(configs) for u in unlike_runs(configs[seed], ("run.repeat",))]
+        # repeats of one config: the runs of a seed are of one method and differ in the training draws (run.repeat,
+        # a value each) and nothing else
+        unlike = [u for seed in sorted(configs) for u in not_repeats(configs[seed])]
         if unlike:
-            return None, f"not measured: the noise rows' runs differ in more than run.repeat ({unlike[0]})", None
+            return None, f"not measured: the noise rows' runs are not repeats of one config ({unlike[0]})", None
+        # measured at the scale it is applied at: each run as the suite sets its row at this scale (rounds, data, ...)
+        elsewhere = [
+            f"{key} {config.get(key)!r} in {row}'s {seed}, the scale's {value!r}"
+            for seed in sorted(configs)
+            for row, config in configs[seed].items()
+            for key, value in (expected(row) if expected else {}).items()
+            if repr(config.get(key)) != repr(value)
+        ]
+        if elsewhere:
+            return None, f"not measured: the noise rows' runs are not of this scale ({elsewhere[0]})", None
         spreads = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
         if spreads:
             floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))

@@ -16,7 +16,16 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides, flat, merge
 from pfedkit.errors import ConfigError, DataError
-from pfedkit.experiments.claims import FAILS, HOLDS, UNSURE, Evidence, check_claims, judge, measured_floor
+from pfedkit.experiments.claims import (
+    FAILS,
+    HOLDS,
+    UNSURE,
+    Evidence,
+    check_claims,
+    judge,
+    measured_floor,
+    related_params,
+)
 from pfedkit.experiments.pipeline import (
     CONTINUED,
     REUSED,
@@ -69,7 +78,8 @@ def cell_config(
 def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "small") -> list[str]:
     """How the rows an "above" or "margin" claim compares differ beyond what it names (`differ_in`): every config
     key of the first row against each other row's. Two different methods are compared on everything but their
-    hyper-parameters; a method and its variant or subclass (HEART-PFL and PerAda) on their shared ones too."""
+    hyper-parameters; a method and its variant or subclass (HEART-PFL and PerAda), or two variants of one, on their
+    shared ones too."""
     from pfedkit.config import flat
     from pfedkit.registry import method_class, with_method_values
 
@@ -84,7 +94,7 @@ def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "smal
     for other in rows[1:]:
         a, b = configs[first], configs[other]
         cls_a, cls_b = method_class(a.method.name, a.method.module), method_class(b.method.name, b.method.module)
-        related = issubclass(cls_a.Params, cls_b.Params) or issubclass(cls_b.Params, cls_a.Params)
+        related = related_params(cls_a.Params, cls_b.Params)
         fa, fb = flat(a.to_dict()), flat(b.to_dict())
         for key in sorted(fa.keys() | fb.keys()):
             own = key.startswith("method.") and (not related or key not in fa or key not in fb)
@@ -450,14 +460,21 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
     points = [suite.paper_point] + sorted(
         {c["point"] for c in suite.claims if c.get("point", suite.paper_point) != suite.paper_point}
     )
-    measured = {p: [measured_floor(noise, [folder], k, p) for noise in noise_entries(source.noise)] for p in points}
+    entries = noise_entries(source.noise)
+    measured = {
+        p: [measured_floor(n, [folder], k, p, noise_setting(source, scale, n["column"])) for n in entries]
+        for p in points
+    }
     found = {p: [(f, level) for f, _, level in m if f is not None] for p, m in measured.items()}
     at_paper = measured[suite.paper_point]
     text = "; ".join(t for _, t, _ in at_paper) if at_paper else "no noise rows in the suite"
-    devices = run_devices([run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)])
-    if any((device == "cpu") == on_gpu for device in devices):  # a floor bounds the runs of its own device only
-        found = {p: [] for p in points}
-        text = f"not used: {out.name} holds runs with run.device {', '.join(devices)} (a GPU's go in <folder>_gpu)"
+    judged = [run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]
+    repeats = [run for n in entries for r in n["rows"] for run in finished_runs(folder / n["column"], r)]
+    for runs, name in ((judged, out.name), (repeats, folder.name)):  # a floor bounds the runs of its own device only
+        devices = run_devices(runs)
+        if any((device == "cpu") == on_gpu for device in devices):
+            found = {p: [] for p in points}
+            text = f"not used: {name} holds runs with run.device {', '.join(devices)} (a GPU's go in <folder>_gpu)"
     floor, level = found[suite.paper_point][0] if found[suite.paper_point] else (None, None)
     if source is not suite:
         text += f", borrowed from suite {source.name} (the same setting)"
@@ -465,6 +482,26 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
     elsewhere = {p: tuple(found[p]) for p in points[1:] if found[p]}
     more = tuple(found[suite.paper_point][1:])
     return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere), text
+
+
+SETTING_SECTIONS = ("train", "data", "partition", "model", "eval")  # what a scale and a column fix, method aside
+
+
+def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict[str, Any]]:
+    """row -> the setting a noise row's run must have to bound this scale's runs: what the suite sets for its cell at
+    `scale` in `column` (flat keys of SETTING_SECTIONS, where runs are kept aside)."""
+    from pfedkit.config import PLACEMENT_KEYS, parse_config
+
+    def expected(row: str) -> dict[str, Any]:
+        raw = cell_config(suite, scale, column, row)
+        stated = flat(parse_config(raw).to_dict())  # the values as a run's config states them (1 -> 1.0, ...)
+        return {
+            key: stated[key]
+            for key in flat(raw)
+            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS and key in stated
+        }
+
+    return expected
 
 
 def noise_entries(noise: Any) -> list[Mapping[str, Any]]:

@@ -8,6 +8,8 @@ seeds it averages and "not run" where none finished.
 from __future__ import annotations
 
 import json
+import math
+import re
 import statistics
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -22,6 +24,7 @@ from pfedkit.records import AFTER, accuracy_column
 # when the best of its last fifth is more than PEAK_POINTS below its best; else "flat". Means of fifths rather than a
 # fitted slope, so that round-to-round noise does not decide it.
 RISE_POINTS, PER_ROUNDS, PEAK_POINTS, MIN_EVALUATIONS = 0.5, 100, 1.0, 10
+SEED_FOLDER = re.compile(r"seed\d+")  # a run folder of one seed: seed0, seed1, ...
 TREND_MARKS = {"rising": " ↑", "peaked": " ↓", "short": " ?", "flat": ""}
 TREND_NOTE = (
     f"↑ = still rising (the mean curve over seeds gained more than {RISE_POINTS} points from the fourth fifth "
@@ -45,9 +48,10 @@ def cell(values: list[float]) -> str:
 
 
 def finished_runs(column_dir: Path, method: str) -> list[Path]:
-    """Run folders of one cell that finished (have a summary), any seed, in seed order."""
+    """Run folders of one cell that finished (have a summary), any seed, in seed order; only folders named seed<N>
+    (a copy set aside beside them, seed0-old, is no seed)."""
     return sorted(
-        (p.parent for p in (column_dir / method).glob("seed*/summary.json")),
+        (p.parent for p in (column_dir / method).glob("seed*/summary.json") if SEED_FOLDER.fullmatch(p.parent.name)),
         key=lambda d: int(d.name.removeprefix("seed")),
     )
 
@@ -87,7 +91,8 @@ def run_metrics(run_dir: Path) -> list[dict[str, str]]:
         for key in ("round", "acc", "acc_after"):
             value = row.get(key)
             try:
-                float(value) if value not in (None, "") else None
+                if value not in (None, "") and not math.isfinite(float(value)):
+                    raise ValueError(value)  # nan or inf: no accuracy a run can have
             except ValueError:
                 raise PfedkitError(
                     f"{path}: {key} {value!r} in the row of round {row.get('round')!r} is not a number; the file is "
