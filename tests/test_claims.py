@@ -391,10 +391,11 @@ def claims_table_in(folder: Path, suite) -> list[str]:
 
 
 def toy_suite(claims, noise_rows, **more):
-    """A one-column suite of rows a and b with `claims`, and `noise_rows` as its noise floor's repeats."""
+    """A one-column suite of rows a and b with `claims`, and `noise_rows` as its noise floor's repeats (`more`: any
+    other field, or another value of these)."""
     from pfedkit.experiments.suite import Column, Scale, Suite
 
-    return Suite(
+    fields = dict(
         name="toy",
         paper="Toy paper",
         base={"train": {"rounds": 19}},
@@ -403,8 +404,8 @@ def toy_suite(claims, noise_rows, **more):
         scales={"small": Scale({}, 0, "small")},
         claims=tuple(claims),
         noise={"column": "col", "rows": list(noise_rows)},
-        **more,
     )
+    return Suite(**{**fields, **more})
 
 
 def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(tmp_path):
@@ -658,7 +659,6 @@ def test_rule_3_a_floor_only_from_runs_of_one_method_that_differ_in_their_draws(
 
 def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_it_bounds(tmp_path, monkeypatch):
     from pfedkit.experiments import reproduce
-    from pfedkit.experiments.suite import Column, Scale, Suite
 
     elsewhere = {"train": {"rounds": 9}, "data": {"dataset": "cifar10", "fraction": 1.0}}  # not the suite's 19 rounds
     for repeat, row in enumerate(("n", "n-repeat1")):
@@ -673,21 +673,11 @@ def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_i
     assert evidence.floor is None and "not of this scale (train.rounds 9" in text
     assert judge(ABOVE, evidence).verdict == UNSURE
     # a floor borrowed from another suite's folder holding a GPU's repeats does not bound a CPU's runs
-    source = Suite(
-        name="src",
-        paper="Source",
-        base={"train": {"rounds": 19}},
-        columns={"col": Column("col")},
-        rows=("n", "n-repeat1"),
-        scales={"small": Scale({}, 0, "small")},
-        noise={"column": "col", "rows": ["n", "n-repeat1"]},
-    )
-    monkeypatch.setitem(reproduce.SUITES, "src", source)
+    monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1")))
     cuda = {**BASE, "run": {"device": "cuda"}}
     for repeat, row in enumerate(("n", "n-repeat1")):
         flat_run(tmp_path / "src" / "col" / row / "seed0", 0.500 + 0.0005 * repeat, config=cuda, repeat=repeat)
-    borrower = toy_suite((ABOVE,), ())
-    borrower = type(borrower)(**{**borrower.__dict__, "noise": {"suite": "src"}})
+    borrower = toy_suite((ABOVE,), (), noise={"suite": "src"})
     evidence, text = reproduce.suite_evidence(borrower, tmp_path / "mine", "small", False)
     assert evidence.floor is None and "src holds runs with run.device cuda" in text
 
