@@ -130,7 +130,8 @@ def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
     assert lines[0] == "| method | Col ours (best) | last | after local: best | last | paper | best - paper |"
     assert lines[2] == "| a | 60.00 ? | 60.00 | 80.00 ? | 70.00 | - | - |"
     claim = {"text": "a above b", "column": "col", "rows": ["a", "b"]}
-    floor = Evidence(tmp_path, 1, floor=1.0)  # a gap of 10 or 20 clears 2 x 1.41
+    # a gap of 10 or 20 clears 2 x 1.41; a floor read at each point (one read at the start does not bound after-local)
+    floor = Evidence(tmp_path, 1, floor=1.0, floors_at_points={"after-local": ((1.0, None),)})
     assert check_claims([claim], floor)[0].startswith("- a above b: holds (a 60.00, b 50.00; gap to b +10.00")
     assert check_claims([{**claim, "point": "after-local"}], floor)[0].startswith(
         "- a above b: does not hold (a 70.00, b 90.00; gap to b -20.00"
