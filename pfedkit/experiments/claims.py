@@ -555,11 +555,12 @@ def measured_floor(
         if unlike:
             return None, f"not measured: the noise rows' runs are not repeats of one config ({unlike[0]})", None
         # measured at the scale it is applied at: each run as the suite sets its row at this scale (rounds, data, ...)
+        setting = {row: expected(row) if expected else {} for row in noise["rows"]}  # once a row, not once a run
         elsewhere = [
             f"{key} {config.get(key)!r} in {row}'s {seed}, the scale's {value!r}"
             for seed in sorted(configs)
             for row, config in configs[seed].items()
-            for key, value in (expected(row) if expected else {}).items()
+            for key, value in setting[row].items()
             if repr(config.get(key)) != repr(value)
         ]
         if elsewhere:
