@@ -204,6 +204,21 @@ def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(t
     assert SUITES["heart-table1"].columns["in-domain"].source.startswith("Table 1")  # where the numbers come from
 
 
+def test_a_claims_rows_that_differ_beyond_what_it_names_are_reported_by_key():
+    """Before anything runs, a claim's rows are held to rule 2 as the claims table holds their runs: every config key
+    (rounds a scale gives one row, a row's own lr), less what the claim names and where runs are kept."""
+    from pfedkit.experiments.reproduce import claim_differences
+
+    claim = {"kind": "above", "column": "a", "row": "fedper", "over": ["fedavg", "fedper-lr0.2"]}
+    found = claim_differences(TINY, claim)
+    assert any(f.startswith("train.rounds fedper 2, fedavg 3") for f in found)  # the scale's own row
+    assert any(f.startswith("train.lr fedper 0.05, fedper-lr0.2 0.2") for f in found)  # a variant's setting
+    assert not any(f.startswith(("method.", "run.workers", "data.root")) for f in found)  # names and placement
+    named = claim_differences(TINY, {**claim, "differ_in": ["train.rounds", "train.lr"]})
+    assert named == [f for f in found if not f.startswith(("train.rounds", "train.lr"))]
+    assert claim_differences(TINY, claim, scale="full") == [f for f in found if f.startswith("train.lr")]
+
+
 def test_every_claim_compares_rows_that_differ_only_in_what_it_names():
     """Like with like: the rows a claim compares have the same data, partition, model, training, evaluation and run
     settings, and a method and its variant the same shared hyper-parameters, except the keys the claim names."""

@@ -188,7 +188,9 @@ def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str]
     first = configs[rows[0]] if rows else {}
     for other in rows[1:]:
         theirs = configs[other]
-        related = related_methods(first.get("method.name"), theirs.get("method.name"))
+        related = related_methods(
+            first.get("method.name"), theirs.get("method.name"), first.get("method.module"), theirs.get("method.module")
+        )
         for key in sorted(first.keys() | theirs.keys()):
             own = key.startswith("method.") and (not related or key not in first or key not in theirs)
             if key in skipped or own or repr(first.get(key)) == repr(theirs.get(key)):
@@ -197,16 +199,16 @@ def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str]
     return found
 
 
-def related_methods(a: Optional[str], b: Optional[str]) -> bool:
+def related_methods(a: Optional[str], b: Optional[str], module_a: Any = None, module_b: Any = None) -> bool:
     """One method a variant or subclass of the other, or both variants of one: their hyper-parameters are one set,
-    compared key by key."""
+    compared key by key. A method of one's own is looked up in its `method.module`."""
     from pfedkit.errors import ConfigError
     from pfedkit.registry import method_class
 
     if a is None or b is None:
         return a == b
     try:
-        return related_params(method_class(a).Params, method_class(b).Params)
+        return related_params(method_class(a, module_a or None).Params, method_class(b, module_b or None).Params)
     except ConfigError:
         return a == b
 

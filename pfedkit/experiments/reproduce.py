@@ -24,7 +24,7 @@ from pfedkit.experiments.claims import (
     check_claims,
     judge,
     measured_floor,
-    related_params,
+    unlike_runs,
 )
 from pfedkit.experiments.pipeline import (
     CONTINUED,
@@ -76,32 +76,20 @@ def cell_config(
 
 
 def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "small") -> list[str]:
-    """How the rows an "above" or "margin" claim compares differ beyond what it names (`differ_in`): every config
-    key of the first row against each other row's. Two different methods are compared on everything but their
-    hyper-parameters; a method and its variant or subclass (HEART-PFL and PerAda), or two variants of one, on their
-    shared ones too."""
-    from pfedkit.config import flat
-    from pfedkit.registry import method_class, with_method_values
+    """How the rows an "above" or "margin" claim compares differ beyond what it names (`differ_in`), as the claims
+    table's rule 2 judges runs (`claims.unlike_runs`), here on the cells' configs before anything runs."""
+    from pfedkit.registry import with_method_values
 
     rows = claim.get("rows") or ([claim["row"], *claim["over"]] if "over" in claim else [])
     configs = {
-        r: with_method_values(method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0))
+        r: flat(
+            with_method_values(
+                method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0)
+            ).to_dict()
+        )
         for r in rows
     }
-    allowed = set(claim.get("differ_in", ()))
-    found = []
-    first = rows[0] if rows else None
-    for other in rows[1:]:
-        a, b = configs[first], configs[other]
-        cls_a, cls_b = method_class(a.method.name, a.method.module), method_class(b.method.name, b.method.module)
-        related = related_params(cls_a.Params, cls_b.Params)
-        fa, fb = flat(a.to_dict()), flat(b.to_dict())
-        for key in sorted(fa.keys() | fb.keys()):
-            own = key.startswith("method.") and (not related or key not in fa or key not in fb)
-            if key == "method.name" or own or key in allowed or fa.get(key) == fb.get(key):
-                continue
-            found.append(f"{first} vs {other}: {key} {fa.get(key)!r} -> {fb.get(key)!r}")
-    return found
+    return unlike_runs(configs, tuple(claim.get("differ_in", ())))
 
 
 OUT = "{out}/"  # a string value starting so names a file in the suite's output folder
