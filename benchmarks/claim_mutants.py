@@ -70,8 +70,8 @@ MUTANTS = {
     ),
     "M9": (
         "number claims decided without a noise floor",
-        "    verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else None, no_floor)\n",
-        "    verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else 1e-9, no_floor)\n",
+        "    own_floor = floor / math.sqrt(2) if floor is not None else None  # one run",
+        "    own_floor = floor / math.sqrt(2) if floor is not None else 1e-9  # one run",
     ),
     "M10": (
         "rule 3: a floor measured far from the rows' accuracy applies (FLOOR_REACH ignored)",
@@ -115,7 +115,7 @@ MUTANTS = {
     ),
     "M18": (
         "above: a pair that cannot be judged (unlike configs) decides the whole line",
-        "            pairs[other] = (UNSURE, f\"not judged: the runs differ in {'; '.join(unlike[:3])}\", [])\n",
+        "            pairs[other] = (UNSURE, f\"not judged: the runs differ in {'; '.join(unlike[:3])}\", [], None)\n",
         '            return Judgement(UNSURE, "direction", f"{numbers}; the runs differ in {unlike[0]}")\n',
     ),
     "M19": (

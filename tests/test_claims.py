@@ -756,3 +756,35 @@ def test_rule_4_a_rows_curve_is_read_at_the_rounds_every_seed_evaluated(tmp_path
     got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.5, floor_at=60.0))
     # a mean over whichever seeds evaluated a round jumps between seed sets and reads b as falling
     assert got.verdict == UNSURE and "b is still rising" in got.detail, got.detail
+
+
+def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tmp_path):
+    """Issue 61's item 5 as the table keeps it: a line decided, or with a gap at least halfway to rule 3's bar, on
+    fewer than 3 seeds is listed with its comparisons and a command for seeds 0-2; three seeds take it off the list."""
+    root = tmp_path / "results"
+    noise_rows = ("n", "n-repeat1")
+    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):  # floor 0.35: one seed's bar 1.0 point
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    values = {"a": 0.58, "b": 0.50, "c": 0.548, "d": 0.540, "e": 0.542, "f": 0.540}
+    for row, value in values.items():
+        flat_run(root / "toy" / "col" / row / "seed0", value)
+    claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd", "ef")]
+    suite = toy_suite(claims, noise_rows, rows=(*values, *noise_rows))
+    from pfedkit.experiments.reproduce import claims_table
+
+    owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
+    assert "- `toy#1`: holds on 1 seed (a vs b): `python benchmarks/reproduce.py toy --columns col --rows a,b " in owed
+    assert "- `toy#2`: cannot tell on 1 seed, 80% of the way (c vs d)" in owed  # +0.8 of a 1.0 bar
+    assert "toy#3" not in owed  # +0.2: far from deciding
+    for seed in (1, 2):
+        for row in "ab":
+            flat_run(root / "toy" / "col" / row / f"seed{seed}", values[row] + 0.001 * seed)
+    owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
+    assert "toy#1" not in owed and "toy#2" in owed
+    assert judge(claims[0], suite_evidence_of(root, suite)).basis[0].seeds == ("seed0", "seed1", "seed2")
+
+
+def suite_evidence_of(root: Path, suite):
+    from pfedkit.experiments.reproduce import suite_evidence
+
+    return suite_evidence(suite, root / "toy", "small", False)[0]

@@ -61,10 +61,21 @@ FLOOR_REACH = 15.0  # points: a floor measured this far from the compared rows' 
 
 
 @dataclass(frozen=True)
+class Basis:
+    """What one comparison behind a verdict rests on: its (column, row) cells, the seeds they share, and how far the
+    mean gap has come towards deciding (|mean| over two standard errors: 1 or more decides; None without an error)."""
+
+    cells: tuple[tuple[str, str], ...]
+    seeds: tuple[str, ...]
+    share: Optional[float]
+
+
+@dataclass(frozen=True)
 class Judgement:
     verdict: str  # HOLDS, FAILS, UNSURE or NOT_RUN
     judges: str  # "direction", "margin of N points" or "within N points"
     detail: str = ""  # the numbers, and which rule decided
+    basis: tuple[Basis, ...] = ()  # the comparisons shown as deciding it (the seeds a verdict still owes)
 
     def line(self, text: str) -> str:
         return f"- {text}: {self.verdict}" + (f" ({self.detail})" if self.detail else "")
@@ -149,6 +160,12 @@ def gap_error(gaps: Sequence[float], floor: Optional[float]) -> Optional[float]:
         return from_floor
     between = statistics.stdev(gaps) / math.sqrt(len(gaps))
     return max(between, from_floor or 0.0)
+
+
+def share_of_bar(excess: Sequence[float], floor: Optional[float]) -> Optional[float]:
+    """How far the mean excess has come towards rule 3's bar of two standard errors (1 or more decides)."""
+    error = gap_error(excess, floor) if all(math.isfinite(e) for e in excess) else None
+    return abs(statistics.fmean(excess)) / (2 * error) if error else None
 
 
 def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") -> tuple[str, str]:
@@ -307,11 +324,14 @@ def judge_pair(
     seeds: Sequence[str],
     excess: Sequence[float],
 ) -> tuple[str, str]:
-    """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary."""
+    """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary: the
+    verdict, why, and what it rests on."""
     accuracies = [statistics.fmean(evidence.results(column, row, point)[s] for s in seeds) for row in rows]
-    verdict, why = decide(excess, *evidence.floor_for(accuracies, point))
+    floor = evidence.floor_for(accuracies, point)
+    verdict, why = decide(excess, *floor)
     claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
-    return provisional(verdict, why, statistics.fmean(excess), claimant, other, rows)
+    basis = Basis(tuple((column, row) for row in rows), tuple(seeds), share_of_bar(excess, floor[0]))
+    return (*provisional(verdict, why, statistics.fmean(excess), claimant, other, rows), basis)
 
 
 def means_shown(results: Mapping[str, Mapping[str, float]]) -> str:
@@ -345,32 +365,34 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}
     mean = {row: statistics.fmean(v.values()) for row, v in results.items()}
     numbers = means_shown(results)
-    pairs: dict[str, tuple[str, str, list[float]]] = {}
+    pairs: dict[str, tuple[str, str, list[float], Optional[Basis]]] = {}
     for other in others:  # every pair: the claimant against each other row, each by rules 2-4
         if not shared[other]:
             seeds = "; ".join(f"{row}: {', '.join(sorted(results[row]))}" for row in (first, other))
-            pairs[other] = (UNSURE, f"not judged: no seed finished for both rows of a pair ({seeds})", [])
+            pairs[other] = (UNSURE, f"not judged: no seed finished for both rows of a pair ({seeds})", [], None)
             continue
         unlike = like_with_like(evidence, [(column, first), (column, other)], shared[other], claim.get("differ_in", ()))
         if unlike:
-            pairs[other] = (UNSURE, f"not judged: the runs differ in {'; '.join(unlike[:3])}", [])
+            pairs[other] = (UNSURE, f"not judged: the runs differ in {'; '.join(unlike[:3])}", [], None)
             continue
         excess = [results[first][s] - results[other][s] for s in shared[other]]
-        pairs[other] = (*judge_pair(evidence, column, point, (first, other), shared[other], excess), excess)
-    verdicts = [v for v, _, _ in pairs.values()]
+        verdict, why, basis = judge_pair(evidence, column, point, (first, other), shared[other], excess)
+        pairs[other] = (verdict, why, excess, basis)
+    verdicts = [v for v, *_ in pairs.values()]
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
     closest = sorted(others, key=lambda o: abs(mean[first] - mean[o]))
     deciding = [o for o in closest if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
     shown = []
     for other in deciding:
-        _, why, excess = pairs[other]
+        _, why, excess, _ = pairs[other]
         per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(excess) > 1 else ""
         shown.append(f"{other} {why}" if not excess else f"gap to {other} {why}{per_seed}")
     left = [pairs[o][0] for o in others if o not in deciding]
     counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
     rest = f"; the other pairs: {counts}" if left else ""
-    return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}")
+    basis = tuple(b for o in deciding if (b := pairs[o][3]))
+    return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}", basis)
 
 
 def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -379,7 +401,7 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     ours = evidence.results(column, row, point)
     if not ours:
         return Judgement(NOT_RUN, judges)
-    verdicts, parts, absent = [], [], []
+    verdicts, parts, absent, bases = [], [], [], []
     for other in claim["over"]:
         theirs = evidence.results(column, other, point)
         shared = sorted(set(ours) & set(theirs))
@@ -397,14 +419,16 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             parts.append(f"{gap:+.2f} over {other}, but the runs differ in {'; '.join(unlike[:3])}")
             continue
         excess = [ours[s] - theirs[s] - need for s in shared]
-        verdict, why = judge_pair(evidence, column, point, (row, other), shared, excess)
+        verdict, why, basis = judge_pair(evidence, column, point, (row, other), shared, excess)
         verdicts.append(verdict)
+        bases.append((verdict, basis))
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
     if not verdicts:
         return Judgement(NOT_RUN, judges)
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     missing = evidence.absent(column, absent)
-    return Judgement(verdict, judges, "; ".join(parts) + missing)
+    basis = tuple(b for v, b in bases if v == verdict)
+    return Judgement(verdict, judges, "; ".join(parts) + missing, basis)
 
 
 def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -424,7 +448,9 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
     excess = room_left(claim["points"], [runs[s] - base[s] for s in shared])
-    verdict, why = decide(excess, *evidence.floor_for([value, ref], point))
+    floor = evidence.floor_for([value, ref], point)
+    verdict, why = decide(excess, *floor)
+    basis = (Basis(((column, row), (reference, row)), tuple(shared), share_of_bar(excess, floor[0])),)
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
@@ -436,7 +462,7 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             + (f"faster than {names[1]}: provisional, {HOLDS}"),
         )
     verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, names)
-    return Judgement(verdict, judges, f"{numbers}; room left {why}")
+    return Judgement(verdict, judges, f"{numbers}; room left {why}", basis)
 
 
 def room_left(points: float, gaps: Sequence[float]) -> list[float]:
@@ -456,7 +482,9 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     value = statistics.fmean(runs.values())
     excess = room_left(claim["points"], [v - target for v in runs.values()])
     floor, no_floor = evidence.floor_for([value], point)
-    verdict, why = decide(excess, floor / math.sqrt(2) if floor is not None else None, no_floor)
+    own_floor = floor / math.sqrt(2) if floor is not None else None  # one run against a constant: the floor once
+    verdict, why = decide(excess, own_floor, no_floor)
+    basis = (Basis(((column, row),), tuple(sorted(runs)), share_of_bar(excess, own_floor)),)
     gain, rising = trend(evidence, column, row, sorted(runs), point)
     # the number stays put: only the row's own curve moves; a match holds only once it has stopped moving (rising, it
     # may leave the band), a miss below the number while it rises towards it
@@ -468,7 +496,10 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         )
     at = f" at {point}" if point else ""
     return Judgement(
-        verdict, judges, f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; room left {why}"
+        verdict,
+        judges,
+        f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; room left {why}",
+        basis,
     )
 
 

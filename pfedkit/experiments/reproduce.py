@@ -21,6 +21,7 @@ from pfedkit.experiments.claims import (
     HOLDS,
     UNSURE,
     Evidence,
+    Judgement,
     check_claims,
     judge,
     measured_floor,
@@ -522,7 +523,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
         "| paper | claim | judges | verdict | numbers and the rule that decided | scale, rounds | id |",
         "|---|---|---|---|---|---|---|",
     ]
-    floors = []
+    floors, owed = [], []
     for suite in suites:
         if not suite.claims:
             continue
@@ -559,9 +560,46 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 where = scale + (" (GPU)" if on_gpu else "")
                 verdict = f"**{judgement.verdict}**"
                 lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
+                owed += seeds_owed(suite, claim_id(suite, number, label), scale, on_gpu, judgement)
             if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
                 lines.append(line("-", "not run", "; ".join([not_run_reason(suite, claim), *diverged]), "-"))
-    return lines + (["", "Noise floors (rule 3), per suite:", "", *floors] if floors else [])
+    lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
+    return lines + (["", OWED_HEADING, "", *owed] if owed else [])
+
+
+LEADING_SEEDS = 3  # issue 61: a verdict, or a gap halfway to one, is shown on this many seeds
+OWED_SHARE = 0.5  # a cannot-tell gap at least this share of the way to the bar (one standard error) is owed seeds
+OWED_HEADING = (
+    f"Lines owed seeds: decided, or with a gap at least halfway to rule 3's bar, on fewer than {LEADING_SEEDS} seeds; "
+    "each with the command that runs the rest (finished cells are skipped):"
+)
+
+
+def seeds_owed(suite: Suite, name: str, scale: str, on_gpu: bool, judgement: Judgement) -> list[str]:
+    """The owed-seeds entry of a judged line (none when it rests on LEADING_SEEDS seeds, or is far from deciding):
+    the comparisons that decide it and the command that runs their other seeds."""
+    decided = judgement.verdict in (HOLDS, FAILS)
+    # a cannot-tell gap already past the bar is held open by rule 4 (a rising curve): rounds owed, not seeds
+    short = [
+        b for b in judgement.basis if len(b.seeds) < LEADING_SEEDS and (decided or OWED_SHARE <= (b.share or 0) < 1)
+    ]
+    if not short:
+        return []
+    columns = dict.fromkeys(column for b in short for column, _ in b.cells)
+    rows = dict.fromkeys(row for b in short for _, row in b.cells)
+    seeds = min(len(b.seeds) for b in short)
+    pairs = "; ".join(
+        " vs ".join(row if len({c for c, _ in b.cells}) == 1 else f"{row} in {column}" for column, row in b.cells)
+        for b in short
+    )
+    way = f", {max(b.share or 0 for b in short):.0%} of the way" if not decided else ""
+    runner = "bash benchmarks/device_suite.sh SECONDS" if on_gpu else "python benchmarks/reproduce.py"
+    command = (
+        f"{runner} {suite.name}"
+        + (f" --scale {scale}" if scale != "small" else "")
+        + f" --columns {','.join(columns)} --rows {','.join(rows)} --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
+    )
+    return [f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): `{command}`"]
 
 
 def not_run_reason(suite: Suite, claim: Mapping[str, Any]) -> str:
