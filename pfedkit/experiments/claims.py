@@ -323,7 +323,7 @@ def judge_pair(
     rows: tuple[str, str],
     seeds: Sequence[str],
     excess: Sequence[float],
-) -> tuple[str, str]:
+) -> tuple[str, str, Basis]:
     """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary: the
     verdict, why, and what it rests on."""
     accuracies = [statistics.fmean(evidence.results(column, row, point)[s] for s in seeds) for row in rows]
