@@ -327,10 +327,10 @@ def judge_pair(
     """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary: the
     verdict, why, and what it rests on."""
     accuracies = [statistics.fmean(evidence.results(column, row, point)[s] for s in seeds) for row in rows]
-    floor = evidence.floor_for(accuracies, point)
-    verdict, why = decide(excess, *floor)
+    floor, no_floor = evidence.floor_for(accuracies, point)
+    verdict, why = decide(excess, floor, no_floor)
     claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
-    basis = Basis(tuple((column, row) for row in rows), tuple(seeds), share_of_bar(excess, floor[0]))
+    basis = Basis(tuple((column, row) for row in rows), tuple(seeds), share_of_bar(excess, floor))
     return (*provisional(verdict, why, statistics.fmean(excess), claimant, other, rows), basis)
 
 
@@ -448,9 +448,9 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
     excess = room_left(claim["points"], [runs[s] - base[s] for s in shared])
-    floor = evidence.floor_for([value, ref], point)
-    verdict, why = decide(excess, *floor)
-    basis = (Basis(((column, row), (reference, row)), tuple(shared), share_of_bar(excess, floor[0])),)
+    floor, no_floor = evidence.floor_for([value, ref], point)
+    verdict, why = decide(excess, floor, no_floor)
+    basis = (Basis(((column, row), (reference, row)), tuple(shared), share_of_bar(excess, floor)),)
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)

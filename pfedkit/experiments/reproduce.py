@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides, flat, merge
 from pfedkit.errors import ConfigError, DataError
@@ -593,12 +593,8 @@ def seeds_owed(suite: Suite, name: str, scale: str, on_gpu: bool, judgement: Jud
         for b in short
     )
     way = f", {max(b.share or 0 for b in short):.0%} of the way" if not decided else ""
-    runner = "bash benchmarks/device_suite.sh SECONDS" if on_gpu else "python benchmarks/reproduce.py"
-    command = (
-        f"{runner} {suite.name}"
-        + (f" --scale {scale}" if scale != "small" else "")
-        + f" --columns {','.join(columns)} --rows {','.join(rows)} --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
-    )
+    seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
+    command = suite_command(suite, columns, rows, scale, on_gpu) + seeds_to_run
     return [f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): `{command}`"]
 
 
@@ -610,9 +606,17 @@ def not_run_reason(suite: Suite, claim: Mapping[str, Any]) -> str:
     columns = [c for c in (claim.get("column"), claim.get("reference")) if c]
     return (
         f"no finished runs of {', '.join(r for r in rows if r)} in column {' and '.join(columns)}; "
-        f"`python benchmarks/reproduce.py {suite.name} --columns {','.join(columns)} --rows "
-        f"{','.join(dict.fromkeys(r for r in rows if r))}` runs them"
+        f"`{suite_command(suite, columns, dict.fromkeys(r for r in rows if r))}` runs them"
     )
+
+
+def suite_command(
+    suite: Suite, columns: Iterable[str], rows: Iterable[str], scale: str = "small", on_gpu: bool = False
+) -> str:
+    """The command that runs these cells of a suite (on the lent GPU through device_suite.sh)."""
+    runner = "bash benchmarks/device_suite.sh SECONDS" if on_gpu else "python benchmarks/reproduce.py"
+    at_scale = f" --scale {scale}" if scale != "small" else ""
+    return f"{runner} {suite.name}{at_scale} --columns {','.join(columns)} --rows {','.join(rows)}"
 
 
 def claim_id(suite: Suite, number: int, scale: str) -> str:
