@@ -1,7 +1,8 @@
-"""Issue 61's mutants of the claim rules: each weakens one rule of pfedkit/experiments/claims.py the way the issue's
-holes did (or removes it), and the unit tests of tests/test_claims.py must catch it. For each mutant the script
-copies the package to a scratch folder, applies the change there, runs the rule tests against that copy and prints
-which tests failed; a mutant no test catches is reported as missed (the script then exits 1).
+"""Issue 61's mutants of the claim rules: each weakens one rule of pfedkit/experiments/claims.py (or of the code that
+reads the floors and checks the suites' claims) the way the issue's holes did, or removes it, and the unit tests of
+tests/test_claims.py must catch it. For each mutant the script copies the package to a scratch folder, applies the
+change there, runs the rule tests against that copy and prints which tests failed; a mutant no test catches is
+reported as missed (the script then exits 1).
 
 The tests that compare docs/REPRODUCTION.md with the committed runs are left out: the issue's holes change no
 committed verdict, so only the rule tests can catch them.
@@ -24,7 +25,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 RULES = "pfedkit/experiments/claims.py"
 NOT_RULE_TESTS = "not document and not prose and not claims_command"
 
-# name -> (what the mutant does, the text of claims.py it replaces, what it puts there)
+# name -> (what the mutant does, the text it replaces, what it puts there[, the file, claims.py unless named])
 MUTANTS = {
     "M1": (
         "above: the claimant judged against the strongest other row only (hole 1)",
@@ -95,7 +96,7 @@ MUTANTS = {
     ),
     "M14": (
         "above: every pair cut down to the seeds all the claim's rows share",
-        "    shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}\n",
+        "    shared = {o: sorted(set(results[first]) & set(results.get(o, {}))) for o in others}\n",
         "    shared = dict.fromkeys(others, sorted(set.intersection(*(set(v) for v in results.values()))))\n",
     ),
     "M15": (
@@ -154,8 +155,8 @@ MUTANTS = {
         "                    pass\n",
     ),
     "M26": (
-        "rule 1: a run with no evaluation at the point read anyway (crashes the table)",
-        "            if headline_curve(d, point)\n",
+        "rule 1: a finished run with no evaluation at the point read anyway (crashes the table)",
+        '    if not curve:\n        return None, f"finished, but never evaluated{at}"\n',
         "",
     ),
     "M27": (
@@ -190,14 +191,14 @@ MUTANTS = {
         "    return issubclass(pa, pb) or issubclass(pb, pa)\n",
     ),
     "M33": (
-        "rule 2: run.seed skipped (a run filed under another seed's folder is paired)",
-        '    skipped = set(PLACEMENT_KEYS) | {"method.name", "method.source"} | set(allowed)\n',
-        '    skipped = set(PLACEMENT_KEYS) | {"run.seed", "method.name", "method.source"} | set(allowed)\n',
+        "rule 2: a run filed under another seed's folder counted as that seed (a seed twice)",
+        '        if f"seed{stated}" != run.name:\n',
+        "        if False:\n",
     ),
     "M34": (
         "rule 1: noise runs never evaluated at the point read anyway (crashes the table)",
-        "                if not headline_curve(run, point):  # never evaluated at this point: no result there\n"
-        "                    continue\n",
+        "            if value is None:  # never evaluated at this point (or not to its end): no result there\n"
+        "                continue\n",
         "",
     ),
     "M35": (
@@ -209,6 +210,70 @@ MUTANTS = {
         "count: the paper's precision read from the number as a float (trailing zeros lost)",
         "    written = str(given) if isinstance(given, (str, int)) else repr(float(given))",
         "    written = repr(float(given))",
+    ),
+    "M37": (
+        "rule 4: a run whose evaluations stop before its last rounds read at the stretch it evaluated",
+        "    if final is not None and curve[-1][0] < final - max(k - 1, 1):\n",
+        "    if False:\n",
+    ),
+    "M38": (
+        "rule 1: a claimant that diverged on seeds its rival finished holds on the seeds it survived",
+        "    if verdict != HOLDS or not lost:\n",
+        "    if True:\n",
+    ),
+    "M39": (
+        "rule 3: noise repeats that gave one result measured as a floor of 0 (any gap decides)",
+        "        if spreads and not any(spreads.values()):  # a spread of 0 would let any gap decide\n",
+        "        if False:\n",
+    ),
+    "M40": (
+        "rule 3: a gap exactly on the bar of two standard errors decides",
+        "    if abs(mean) <= 2 * error:",
+        "    if abs(mean) < 2 * error:",
+    ),
+    "M41": (
+        "rule 1: a finished row with no result at the point left out of an above claim as if not run",
+        "    unread = {row: why for row, (values, why) in read.items() if not values and why}",
+        "    unread = {}",
+    ),
+    "M42": (
+        "owed seeds: a line that does not hold owes seeds on every failing pair, not the best-supported one",
+        "    if verdict == FAILS and bases:\n",
+        "    if False:\n",
+    ),
+    "M43": (
+        "owed seeds: a line without a floor counted part of the way to a bar it does not have",
+        "    finite = floor is not None and all(",
+        "    finite = all(",
+    ),
+    "M44": (
+        "rule 1: runs read at their own points take a floor read at another point",
+        "        if point is None and self.floor_point is not None and set(read_at) - {self.floor_point}:\n",
+        "        if False:\n",
+    ),
+    "M45": (
+        "rule 3: a borrowed floor bounds a suite of another setting",
+        "        unlike = borrowed_differences(suite, source, scale)\n",
+        '        unlike = ""\n',
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M46": (
+        "rule 3: a floor's runs compared with the suite on the keys it states only (a changed default passes)",
+        '            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS\n',
+        '            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS and key in flat(raw)\n',
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M47": (
+        "the table: one misfiled or unreadable run stops every line (no per-claim error line)",
+        "                except PfedkitError as err:  # a run misfiled",
+        "                except ZeroDivisionError as err:  # a run misfiled",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M48": (
+        "suites: a claim that judges nothing (a row against itself, a margin of 0, a row outside the suite) accepted",
+        "        problem = claim_problem(claim, kind, columns, rows)\n",
+        '        problem = ""\n',
+        "pfedkit/experiments/suites.py",
     ),
 }
 
@@ -224,7 +289,7 @@ def run_rule_tests(package_root: Path) -> tuple[int, list[str]]:
         capture_output=True,
         text=True,
     )
-    failed = re.findall(r"FAILED tests/test_claims\.py::(\w+)", done.stdout)
+    failed = list(dict.fromkeys(re.findall(r"FAILED tests/test_claims\.py::(\w+)", done.stdout)))  # parametrized: once
     return done.returncode, failed
 
 
@@ -240,8 +305,6 @@ def main() -> None:
         for name in ("tests/test_claims.py", "tests/conftest.py", "pyproject.toml"):
             if (REPOSITORY / name).exists():
                 shutil.copy(REPOSITORY / name, root / name)
-        rules = root / RULES
-        original = rules.read_text()
         probe = subprocess.run(
             [sys.executable, "-c", "import pfedkit; print(pfedkit.__file__)"],
             env={**os.environ, "PYTHONPATH": str(root)},
@@ -255,16 +318,22 @@ def main() -> None:
         lines.append(f"unmutated: exit {code}, {len(failed)} rule tests failed")
         if code != 0:
             sys.exit("\n".join(lines))
-        for name, (about, old, new) in MUTANTS.items():
+        for name, (about, old, new, *where) in MUTANTS.items():
+            target = root / (where[0] if where else RULES)
+            original = target.read_text()
             if original.count(old) != 1:
-                sys.exit(f"{name}: its text is not found once in {RULES} (the rules changed): update the mutant")
-            rules.write_text(original.replace(old, new))
-            code, failed = run_rule_tests(root)
+                sys.exit(
+                    f"{name}: its text is not found once in {target.relative_to(root)} (the code changed): update it"
+                )
+            target.write_text(original.replace(old, new))
+            try:
+                code, failed = run_rule_tests(root)
+            finally:
+                target.write_text(original)
             caught = code != 0 and bool(failed)
             if not caught:
                 missed.append(name)
             lines.append(f"{name} {about}: {'caught by ' + ', '.join(failed) if caught else 'MISSED'}")
-        rules.write_text(original)
     lines.append(f"\n{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
     text = "\n".join(lines) + "\n"
     print(text, end="")

@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from pfedkit.config import dump_toml
+from pfedkit.errors import PfedkitError
 from pfedkit.experiments.claims import (
     FAILS,
     HOLDS,
     NOT_RUN,
     UNSURE,
+    Basis,
     Evidence,
     decide,
     gap_error,
     judge,
     measured_floor,
+    read_run,
+    resting_on,
+    share_of_bar,
 )
 from pfedkit.io import atomic_write_csv
 from pfedkit.reports.tables import finished_runs, run_metrics
@@ -27,11 +33,16 @@ from pfedkit.reports.tables import finished_runs, run_metrics
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(folder: Path, accs, *, rounds=None, after=None, config=None, repeat=0):
+RUNS_BASE = {"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}}  # flat_run's runs' setting
+
+
+def run(folder: Path, accs, *, rounds=None, after=None, config=None, repeat=0, point=None):
     """A finished run folder: accuracies (0-1) one evaluation a round, optionally after local training too; `repeat`:
     its run.repeat (another draw of the training randomness, as a noise row's run)."""
     folder.mkdir(parents=True)
     config = config or {"train": {"rounds": len(accs) - 1}, "data": {"dataset": "cifar10", "fraction": 0.2}}
+    if folder.name.removeprefix("seed").isdigit() and "seed" not in config.get("run", {}):  # the seed it is filed as
+        config = {**config, "run": {**config.get("run", {}), "seed": int(folder.name.removeprefix("seed"))}}
     if repeat:
         config = {**config, "run": {**config.get("run", {}), "repeat": repeat}}
     rows = [{"round": i, "acc": a, **({"acc_after": after[i]} if after else {})} for i, a in enumerate(accs)]
@@ -42,7 +53,7 @@ def run(folder: Path, accs, *, rounds=None, after=None, config=None, repeat=0):
                 "best_acc": max(a for a in accs if a != ""),  # "": no evaluation that round
                 "last_acc": accs[-1],
                 "rounds": rounds or len(accs) - 1,
-                "eval_point": "both" if after else "start",
+                "eval_point": point or ("both" if after else "start"),
             }
         )
     )
@@ -364,7 +375,7 @@ def test_every_claim_has_a_line_a_claim_without_runs_or_without_a_column_says_wh
     suite = Suite(
         name="toy",
         paper="Toy paper",
-        base={"train": {"rounds": 19}},
+        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
         columns={"col": Column("col"), "other": Column("other")},
         rows=("a", "b"),
         scales={"small": Scale({}, 0, "small")},
@@ -398,7 +409,7 @@ def toy_suite(claims, noise_rows, **more):
     fields = dict(
         name="toy",
         paper="Toy paper",
-        base={"train": {"rounds": 19}},
+        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
         columns={"col": Column("col")},
         rows=("a", "b", *noise_rows),
         scales={"small": Scale({}, 0, "small")},
@@ -451,7 +462,7 @@ def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_
     source = Suite(
         name="src",
         paper="Source paper",
-        base={"train": {"rounds": 19}},
+        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
         columns={"col": Column("col")},
         rows=noise_rows,
         scales=scales,
@@ -461,7 +472,7 @@ def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_
     borrower = Suite(
         name="toy",
         paper="Toy paper",
-        base={"train": {"rounds": 19}},
+        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
         columns={"col": Column("col")},
         rows=("a", "b"),
         scales=scales,
@@ -571,10 +582,17 @@ def test_rule_2_runs_without_a_config_are_not_like(tmp_path):
     assert got.verdict == UNSURE and "config.toml" in got.detail  # was: holds, two empty configs being equal
 
 
-def test_rule_1_runs_that_never_evaluated_at_the_point_are_no_result_and_no_crash(tmp_path):
+def test_rule_1_finished_runs_never_evaluated_at_the_point_cannot_tell_and_say_why(tmp_path):
     flat_run(tmp_path / "col" / "a" / "seed0", 0.55)  # evaluated at the round start only
     flat_run(tmp_path / "col" / "b" / "seed0", 0.50)
-    assert judge(ABOVE, Evidence(tmp_path, 5, paper_point="after-local", floor=0.1)).verdict == NOT_RUN
+    got = judge(ABOVE, Evidence(tmp_path, 5, paper_point="after-local", floor=0.1))
+    assert got.verdict == UNSURE and "a not judged: seed0 finished, but never evaluated at after-local" in got.detail
+    # the claimant read, one of its others not: that pair is not judged (was: left out, and the line held)
+    run(tmp_path / "col2" / "a" / "seed0", [0.6] * 20, after=[0.7] * 20)
+    run(tmp_path / "col2" / "c" / "seed0", [0.5] * 20, after=[0.6] * 20)
+    flat_run(tmp_path / "col2" / "b" / "seed0", 0.50)
+    got = judge({**ABOVE_TWO, "column": "col2"}, Evidence(tmp_path, 5, paper_point="after-local", floor=0.1))
+    assert got.verdict == UNSURE and "b not judged: seed0 finished, but never evaluated at after-local" in got.detail
 
 
 def test_rule_4_a_row_whose_seeds_ran_unequal_rounds_is_read_up_to_the_rounds_all_reached(tmp_path):
@@ -598,7 +616,7 @@ def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(
     suite = Suite(
         name="toy",
         paper="Toy paper",
-        base={"train": {"rounds": 19}},
+        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
         columns={"col": Column("col")},
         rows=("a", "b", "n", "n-repeat1"),
         scales={"small": Scale({}, 0, "small")},
@@ -660,7 +678,7 @@ def test_rule_3_a_floor_only_from_runs_of_one_method_that_differ_in_their_draws(
 def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_it_bounds(tmp_path, monkeypatch):
     from pfedkit.experiments import reproduce
 
-    elsewhere = {"train": {"rounds": 9}, "data": {"dataset": "cifar10", "fraction": 1.0}}  # not the suite's 19 rounds
+    elsewhere = {"train": {"rounds": 9}, "data": {"dataset": "cifar10", "fraction": 0.2}}  # not the suite's 19 rounds
     for repeat, row in enumerate(("n", "n-repeat1")):
         flat_run(
             tmp_path / "mine" / "col" / row / "seed0", 0.500 + 0.0005 * repeat, n=10, config=elsewhere, repeat=repeat
@@ -672,6 +690,16 @@ def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_i
     )
     assert evidence.floor is None and "not of this scale (train.rounds 9" in text
     assert judge(ABOVE, evidence).verdict == UNSURE
+    # nor at a value the suite leaves to its default: repeats run at batch size 64 bound no runs at the default
+    other_default = {**BASE, "train": {**BASE["train"], "batch_size": 64}}
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        folder = tmp_path / "mine" / "col" / row / "seed0"
+        shutil.rmtree(folder)
+        flat_run(folder, 0.500 + 0.0005 * repeat, config=other_default, repeat=repeat)
+    evidence, text = reproduce.suite_evidence(
+        toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path / "mine", "small", False
+    )
+    assert evidence.floor is None and "not of this scale (train.batch_size 64" in text
     # a floor borrowed from another suite's folder holding a GPU's repeats does not bound a CPU's runs
     monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1")))
     cuda = {**BASE, "run": {"device": "cuda"}}
@@ -713,15 +741,13 @@ def test_rule_2_a_seed_folder_holds_its_seed_and_only_seed_folders_are_seeds(tmp
 
     flat_run(tmp_path / "col" / "a" / "seed1", 0.60, config=seed(1))
     flat_run(tmp_path / "col" / "b" / "seed1", 0.50, config=seed(0))  # seed 0's run filed as seed 1: another partition
-    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))
-    assert got.verdict == UNSURE and "run.seed" in got.detail
+    with pytest.raises(PfedkitError, match="filed as seed1 but its run states seed 0: move it to seed0"):
+        judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))  # counted as seed 1 it would be seed 0 twice
     flat_run(tmp_path / "col" / "b" / "seed0-old", 0.40, config=seed(0))  # set aside beside the seeds: no seed
     assert [d.name for d in finished_runs(tmp_path / "col", "b")] == ["seed1"]
 
 
 def test_a_non_finite_accuracy_is_refused_not_judged(tmp_path):
-    from pfedkit.errors import PfedkitError
-
     flat_run(tmp_path / "col" / "a" / "seed0", 0.60)
     metrics = tmp_path / "col" / "a" / "seed0" / "metrics.csv"
     metrics.write_text(metrics.read_text().replace("0.6\n", "nan\n", 1))
@@ -788,3 +814,148 @@ def suite_evidence_of(root: Path, suite):
     from pfedkit.experiments.reproduce import suite_evidence
 
     return suite_evidence(suite, root / "toy", "small", False)[0]
+
+
+def test_a_misfiled_or_unreadable_run_makes_its_lines_cannot_tell_and_the_rest_of_the_table_stands(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    for row, value in {"a": 0.58, "b": 0.50, "c": 0.58, "d": 0.50}.items():
+        flat_run(root / "toy" / "col" / row / "seed0", value)
+    claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd")]
+    suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "d", "n", "n-repeat1"))
+    metrics = root / "toy" / "col" / "d" / "seed0" / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("0.5\n", "nan\n", 1))  # an accuracy that is not a number
+    table = claims_table(root, [suite])
+    line = {n: next(x for x in table if x.endswith(f"`toy#{n}` |")) for n in (1, 2)}
+    assert "**holds**" in line[1]
+    assert "**cannot tell**" in line[2] and "not judged:" in line[2] and "not a number" in line[2]
+    # a noise run filed under another seed's folder: no floor (it would be a seed twice), named, and nothing decides
+    flat_run(root / "toy" / "col" / "n" / "seed1", 0.54, config={**BASE, "run": {"seed": 0}})
+    table = claims_table(root, [suite])
+    assert any("not measured: " in x and "filed as seed1 but its run states seed 0" in x for x in table)
+    assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
+
+
+def test_rule_4_a_run_whose_evaluations_stop_short_of_its_last_rounds_is_not_read(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    run(tmp_path / "col" / "b" / "seed0", [0.50] * 20 + [""] * 21)  # evaluated to round 19 of the 40 it ran
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "b not judged: seed0 its last evaluation is at round 19 of 40" in got.detail
+    assert read_run(tmp_path / "col" / "b" / "seed0", 5, None)[0] is None
+    # an after-local curve ending a round before the last (the run's final round evaluates at its start) is read
+    run(tmp_path / "col" / "c" / "seed0", [0.5] * 21, after=[0.6] * 20 + [""], rounds=20)
+    assert read_run(tmp_path / "col" / "c" / "seed0", 1, "after-local")[0] == pytest.approx(60.0)
+
+
+def test_a_claimant_that_diverged_where_its_rival_finished_holds_at_most_on_the_seeds_it_survived(tmp_path):
+    for seed in (0, 1):
+        flat_run(tmp_path / "col" / "a" / f"seed{seed}", 0.58 + 0.001 * seed)
+        flat_run(tmp_path / "col" / "b" / f"seed{seed}", 0.50)
+    flat_run(tmp_path / "col" / "b" / "seed2", 0.50)
+    stopped = tmp_path / "col" / "a" / "seed2"
+    stopped.mkdir(parents=True)
+    (stopped / "diverged.json").write_text("{}")
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "a diverged on seed2, which b finished" in got.detail
+    assert judge({**ABOVE, "rows": ["b", "a"]}, Evidence(tmp_path, 5, floor=0.1)).verdict == FAILS  # its rival's loss
+    number = {"kind": "number", "text": "t", "column": "col", "row": "a", "value": 58.0, "points": 1.0}
+    assert judge(number, Evidence(tmp_path, 5, floor=0.1)).verdict == UNSURE
+
+
+def test_rule_3_a_floor_of_zero_is_no_floor_and_a_gap_on_the_bar_is_no_verdict(tmp_path):
+    for repeat, row in enumerate(("n", "n-repeat1")):  # two draws that gave the very same curve
+        flat_run(tmp_path / "col" / row / "seed0", 0.54, repeat=repeat)
+    floor, text, _ = measured_floor({"column": "col", "rows": ["n", "n-repeat1"]}, [tmp_path], 5, None)
+    assert floor is None and "gave one result (54.00 on seed0" in text
+    assert decide([0.0], 0.0)[0] == UNSURE  # was: does not hold (0 < 0 is false)
+    assert decide([2.0, 2.0], 0.0)[0] == HOLDS  # seeds that agree exactly still decide
+    assert decide([1.0], 0.5 * 2**0.5)[0] == UNSURE  # exactly two standard errors: not beyond
+
+
+def test_the_owed_list_names_what_a_verdict_rests_on_and_no_line_without_a_floor(tmp_path):
+    basis = {o: Basis((("col", "a"), ("col", o)), seeds, 2.0) for o, seeds in (("b", ("s0",)), ("c", ("s0", "s1")))}
+    holds = resting_on({o: (HOLDS, b) for o, b in basis.items()}, HOLDS)
+    assert {b.cells[1][1] for b in holds} == {"b", "c"}  # holds: every pair had to, each is owed seeds
+    fails = resting_on({o: (FAILS, b) for o, b in basis.items()}, FAILS)
+    assert [b.cells[1][1] for b in fails] == ["c"]  # does not hold: the best-supported failing pair suffices
+    assert share_of_bar([3.0, 2.0], None) is None  # no floor, no bar: seeds cannot decide it, a floor is owed first
+
+
+def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_point(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    for repeat, row in enumerate(("n", "n-repeat1")):  # the floor's runs measure at the start
+        flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
+    for row, value in (("a", 0.58), ("b", 0.50)):  # the judged runs measure after local training only
+        after = {**BASE, "eval": {"point": "after-local"}}
+        run(tmp_path / "col" / row / "seed0", [0.1] * 20, after=[value] * 20, point="after-local", config=after)
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path, "small", False)
+    assert evidence.floor is not None and evidence.floor_point == "start"
+    got = judge(ABOVE, evidence)
+    assert got.verdict == UNSURE and "the floor's runs were read at start, these at after-local" in got.detail
+    # read where the floor was, the pair takes it
+    for row, value in (("a", 0.58), ("b", 0.50)):
+        shutil.rmtree(tmp_path / "col" / row / "seed0")
+        flat_run(tmp_path / "col" / row / "seed0", value)
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path, "small", False)
+    assert judge(ABOVE, evidence).verdict == HOLDS
+
+
+def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(tmp_path, monkeypatch):
+    from pfedkit.experiments import reproduce
+    from pfedkit.experiments.suite import Column
+
+    source = toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1"))
+    monkeypatch.setitem(reproduce.SUITES, "src", source)
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(tmp_path / "src" / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
+    flat_run(tmp_path / "mine" / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "mine" / "col" / "b" / "seed0", 0.50)
+    same = toy_suite((ABOVE,), (), noise={"suite": "src"})
+    evidence, text = reproduce.suite_evidence(same, tmp_path / "mine", "small", False)
+    assert evidence.floor is not None and "borrowed from suite src" in text
+    other = toy_suite((ABOVE,), (), noise={"suite": "src"}, columns={"col": Column("col", {"train": {"lr": 0.5}})})
+    evidence, text = reproduce.suite_evidence(other, tmp_path / "mine", "small", False)
+    assert evidence.floor is None and "not used: suite src's floor is of another setting (train.lr 0.5" in text
+
+
+@pytest.mark.parametrize(
+    "claim, problem",
+    [
+        ({"text": "t", "column": "col", "rows": ["a"]}, "at least one other row"),
+        ({"text": "t", "column": "col", "rows": ["a", "a"]}, "each once"),
+        ({"text": "t", "column": "nope", "rows": ["a", "b"]}, "column 'nope' is not one of"),
+        ({"text": "t", "column": "col", "rows": ["a", "zz"]}, "row 'zz' is not in the suite's rows"),
+        ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["a", "b"], "at_least": 1}, "other than"),
+        ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 0}, "at_least = 0"),
+        (
+            {"kind": "within", "text": "t", "column": "col", "row": "a", "reference": "col", "points": 1},
+            "another column",
+        ),
+        ({"kind": "number", "text": "t", "column": "col", "row": "a", "value": 50, "points": -1}, "points = -1"),
+        ({"kind": "number", "text": "t", "column": "col", "row": "a", "points": 1}, "needs value"),
+        ({"text": "t", "column": "col", "rows": ["a", "b"], "point": "end"}, "point = 'end'"),
+    ],
+)
+def test_a_suite_refuses_a_claim_it_could_not_judge_or_that_judges_nothing(tmp_path, claim, problem):
+    from pfedkit.errors import ConfigError
+    from pfedkit.experiments.suites import suite_from_toml
+
+    suite = {
+        "name": "toy",
+        "paper": "Toy",
+        "rows": ["a", "b"],
+        "base": {"train": {"rounds": 2}},
+        "columns": {"col": {"label": "col"}, "other": {"label": "other"}},
+        "scales": {"small": {"about": "small"}},
+        "claims": [claim],
+    }
+    (tmp_path / "toy.toml").write_text(dump_toml(suite))
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        suite_from_toml(tmp_path / "toy.toml")
+    good = {"text": "t", "column": "col", "rows": ["a", "b"]}
+    (tmp_path / "toy.toml").write_text(dump_toml({**suite, "claims": [good]}))
+    assert suite_from_toml(tmp_path / "toy.toml").claims[0]["rows"] == ["a", "b"]

@@ -154,7 +154,7 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
         run.mkdir(parents=True)
         (run / "summary.json").write_text("{}")
         (run / "metrics.csv").write_text("round,acc\n" + "".join(f"{r},{acc}\n" for r in range(5)))
-        (run / "config.toml").write_text("[train]\nrounds = 4\n")  # one config for every row: like with like
+        (run / "config.toml").write_text(f"[train]\nrounds = 4\n[run]\nseed = {seed}\n")  # like with like, its seed
 
     accs = {
         "heart-pfl": (0.92, 0.90),
@@ -353,7 +353,7 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
         run.mkdir(parents=True)
         (run / "summary.json").write_text("{}")
         (run / "metrics.csv").write_text("round,acc\n" + "".join(f"{r},{acc + 0.001 * (r % 2)}\n" for r in range(6)))
-        (run / "config.toml").write_text("[train]\nrounds = 5\n")  # one config for every row: like with like
+        (run / "config.toml").write_text(f"[train]\nrounds = 5\n[run]\nseed = {seed}\n")  # like with like, its seed
 
     for row, accs in {"ours": (0.60, 0.62), "near": (0.55, 0.50), "far": (0.40, 0.41)}.items():
         for seed, acc in enumerate(accs):

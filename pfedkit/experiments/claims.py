@@ -12,19 +12,23 @@ Every kind compares the mean accuracy of the evaluations in each run's last k ro
 for a row evaluated every round and an FT row evaluated every 5). The rules:
 
 1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
-   numbers (`paper_point`), else at each run's own.
+   numbers (`paper_point`), else at each run's own. A finished run never evaluated there, or whose evaluations there
+   end before its last k rounds, gives no result: a line resting on it cannot tell, and names it.
 2. Like with like: two rows are compared on the seeds both finished (folders seed<N>; a seed fixes the partition and
-   the sampled clients, and its runs must state that seed), and only if their runs agree, on every one of those seeds,
-   on every config key beyond what `differ_in` names (where a run is kept, two different methods' own hyper-parameters
-   (a method's variants share theirs), and a hyper-parameter that either run's other values leave unused, aside; a
-   "within" claim's two columns may differ in what the columns change).
+   the sampled clients, and its runs must state that seed: a run filed under another's leaves its lines "cannot
+   tell", named), and only if their runs agree, on every one of those seeds, on every config key beyond what
+   `differ_in` names (where a run is kept, two different methods' own hyper-parameters (a method's variants share
+   theirs), and a hyper-parameter that either run's other values leave unused, aside; a "within" claim's two columns
+   may differ in what the columns change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
    a run.repeat each and nothing else different), measured at the claim's scale (its runs as the suite sets them
-   there), device and evaluation point: each compared row takes the floor
-   measured nearest its accuracy, within FLOOR_REACH points, and a pair the root mean square of its two. Without such
-   a floor, no verdict, however many seeds; nor on a non-finite result. A gap within two standard errors of its
-   boundary: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
+   there, every setting key, defaults included; a borrowed floor only where the borrower's columns are of that
+   setting), device and evaluation point (runs read at their own points: where the floor's runs were read): each
+   compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a pair the root mean
+   square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite result; repeats that
+   gave one result (a spread of 0) are no floor. A gap within two standard errors of its boundary, or exactly on
+   them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
    the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
    still rises at all (but away from a number it already fails); for "within", while either curve rises faster than
@@ -32,7 +36,8 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    are read at the rounds all of them evaluated.
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
 pair holds, does not hold when any does not. A row with no finished run (or whose runs diverged) is not a pair: the
-line names it ("not run: ..."), and its verdict is of the rows that ran; likewise a margin's.
+line names it ("not run: ..."), and its verdict is of the rows that ran; likewise a margin's. A claimant that diverged
+on seeds its rival finished holds, at most, on the seeds it survived: cannot tell (a divergence is its worst result).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pfedkit.config import flat, read_toml
+from pfedkit.config import RunSection, flat, read_toml
 from pfedkit.engine.divergence import DIVERGED
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
@@ -53,7 +58,9 @@ from pfedkit.reports.tables import (
     curve_trend,
     finished_runs,
     headline_curve,
-    mean_of_last,
+    last_evaluations,
+    own_point,
+    summary_of,
 )
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
@@ -94,12 +101,20 @@ class Evidence:
     more_floors: tuple[tuple[float, float], ...] = ()  # further (floor, accuracy) pairs, measured at other levels
     # the floors above are measured at paper_point; these, as (floor, accuracy) pairs, at the other points claims name
     floors_at_points: Mapping[str, tuple[tuple[float, Optional[float]], ...]] = field(default_factory=dict)
+    # without a paper_point each run is read at its own point: the one the floor's runs were read at (None: unknown)
+    floor_point: Optional[str] = None
 
-    def floor_for(self, accuracies: Sequence[float], point: Optional[str]) -> tuple[Optional[float], str]:
+    def floor_for(
+        self, accuracies: Sequence[float], point: Optional[str], read_at: Sequence[str] = ()
+    ) -> tuple[Optional[float], str]:
         """Rule 3: each compared row's noise from the floor measured at the claim's evaluation point nearest its
         accuracy, where near enough (FLOOR_REACH), as one floor for the pair (the root mean square: a gap's variance
         is the sum of its two rows'); else None and why. A floor of unknown level (none recorded) applies only where
-        no measured one does."""
+        no measured one does. Runs read at their own points (`point` None) take a floor only if all of them
+        (`read_at`) were read where the floor's runs were."""
+        if point is None and self.floor_point is not None and set(read_at) - {self.floor_point}:
+            others = ", ".join(sorted(set(read_at) - {self.floor_point}))
+            return None, f"the floor's runs were read at {self.floor_point}, these at {others} (rule 1)"
         if point == self.paper_point:
             floors = ([(self.floor, self.floor_at)] if self.floor is not None else []) + list(self.more_floors)
         else:  # a floor read at one point does not bound results read at another (after local training, say)
@@ -121,16 +136,33 @@ class Evidence:
         return claim.get("point") or self.paper_point
 
     def results(self, column: str, row: str, point: Optional[str]) -> dict[str, float]:
-        """Seed folder name -> the run's mean accuracy (%) over its last k rounds; a run with no evaluation at `point`
-        (it evaluated elsewhere) has none."""
-        return {
-            d.name: 100 * mean_of_last(d, self.k, point, rounds=True)
-            for d in finished_runs(self.out / column, row)
-            if headline_curve(d, point)
-        }
+        """Seed folder name -> the run's mean accuracy (%) over its last k rounds (`read`'s results)."""
+        return self.read(column, row, point)[0]
+
+    def read(self, column: str, row: str, point: Optional[str]) -> tuple[dict[str, float], dict[str, str]]:
+        """(seed -> the run's mean accuracy (%) over its last k rounds, seed -> why a finished run has no result at
+        `point`: it never evaluated there, or its evaluations there stop short of its last rounds)."""
+        values, unread = {}, {}
+        for run in seed_runs(self.out / column, row):
+            value, why = read_run(run, self.k, point)
+            if value is None:
+                unread[run.name] = why
+            else:
+                values[run.name] = value
+        return values, unread
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
-        return [d for d in finished_runs(self.out / column, row) if d.name in seeds]
+        return [d for d in seed_runs(self.out / column, row) if d.name in seeds]
+
+    def points_read(self, cells: Sequence[tuple[str, str]], point: Optional[str], seeds: Sequence[str]) -> list[str]:
+        """The evaluation points the cells' runs on `seeds` are read at: `point`, else each run's own."""
+        if point is not None:
+            return [point]
+        return sorted({own_point(run) for column, row in cells for run in self.runs(column, row, seeds)})
+
+    def diverged(self, column: str, row: str) -> set[str]:
+        """The seeds on which the cell's runs diverged (their result: no accuracy)."""
+        return {d.name for d in (self.out / column / row).glob("seed*") if (d / DIVERGED).is_file()}
 
     def absent(self, column: str, rows: Sequence[str]) -> str:
         """ "; not run: ..." for rows without a finished run, naming those whose runs diverged (their result)."""
@@ -141,6 +173,51 @@ class Evidence:
         }
         said = [f"{r} (diverged: {', '.join(diverged[r])})" if diverged[r] else r for r in rows]
         return f"; not run: {', '.join(said)}"
+
+
+def seed_runs(column_dir: Path, row: str) -> list[Path]:
+    """Rule 2: a cell's finished runs, each in the folder seed<N> of the seed its run states (summary.json, else its
+    config's run.seed); a run filed under another seed's folder is refused: counted there it would be a seed twice."""
+    runs = finished_runs(column_dir, row)
+    for run in runs:
+        stated = stated_seed(run)
+        if f"seed{stated}" != run.name:
+            raise PfedkitError(
+                f"{run} is filed as {run.name} but its run states seed {stated}: move it to seed{stated} (or aside, "
+                f"as {run.name}-old), or run {run.name} again"
+            )
+    return runs
+
+
+def stated_seed(run: Path) -> int:
+    summary = summary_of(run)
+    if "seed" in summary:
+        return int(summary["seed"])
+    config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
+    return int(config.get("run", {}).get("seed", RunSection.model_fields["seed"].default))
+
+
+def final_round(run: Path) -> Optional[int]:
+    """The rounds the run finished (summary.json, else its config's train.rounds)."""
+    rounds = summary_of(run).get("rounds")
+    if isinstance(rounds, int):
+        return rounds
+    config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
+    return config.get("train", {}).get("rounds")
+
+
+def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], str]:
+    """(the run's mean accuracy (%) over the evaluations of its last k rounds at `point`, "") or (None, why none):
+    never evaluated there, or its evaluations there end before its last k rounds (an after-local curve may end a
+    round early): a mean read earlier would compare another stretch of training."""
+    curve = headline_curve(run, point)
+    at = f" at {point}" if point else ""
+    if not curve:
+        return None, f"finished, but never evaluated{at}"
+    final = final_round(run)
+    if final is not None and curve[-1][0] < final - max(k - 1, 1):
+        return None, f"its last evaluation{at} is at round {curve[-1][0]} of {final}"
+    return 100 * statistics.fmean(a for _, a in last_evaluations(curve, k, rounds=True)), ""
 
 
 # ---- the rules, on numbers ----
@@ -163,8 +240,10 @@ def gap_error(gaps: Sequence[float], floor: Optional[float]) -> Optional[float]:
 
 
 def share_of_bar(excess: Sequence[float], floor: Optional[float]) -> Optional[float]:
-    """How far the mean excess has come towards rule 3's bar of two standard errors (1 or more decides)."""
-    error = gap_error(excess, floor) if all(math.isfinite(e) for e in excess) else None
+    """How far the mean excess has come towards rule 3's bar of two standard errors (1 or more decides); None without
+    a floor (no bar: seeds cannot decide it, a floor must be measured first)."""
+    finite = floor is not None and all(math.isfinite(e) for e in excess)
+    error = gap_error(excess, floor) if finite else None
     return abs(statistics.fmean(excess)) / (2 * error) if error else None
 
 
@@ -179,7 +258,7 @@ def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") 
     if floor is None:
         return UNSURE, f"{mean:+.2f} on {seeds}; no verdict without a noise floor ({no_floor or 'none measured'})"
     error = gap_error(excess, floor)
-    if abs(mean) < 2 * error:
+    if abs(mean) <= 2 * error:  # a tie is no verdict, even against a floor of 0
         return UNSURE, f"{mean:+.2f} on {seeds}, within 2 standard errors of {error:.2f}"
     return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond 2 standard errors of {error:.2f}"
 
@@ -327,7 +406,8 @@ def judge_pair(
     """Rules 3 and 4 for a claimant and the row it is judged against, from the per-seed excess over the boundary: the
     verdict, why, and what it rests on."""
     accuracies = [statistics.fmean(evidence.results(column, row, point)[s] for s in seeds) for row in rows]
-    floor, no_floor = evidence.floor_for(accuracies, point)
+    read_at = evidence.points_read([(column, row) for row in rows], point, seeds)
+    floor, no_floor = evidence.floor_for(accuracies, point, read_at)
     verdict, why = decide(excess, floor, no_floor)
     claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
     basis = Basis(tuple((column, row) for row in rows), tuple(seeds), share_of_bar(excess, floor))
@@ -350,23 +430,62 @@ def means_shown(results: Mapping[str, Mapping[str, float]]) -> str:
     return shown
 
 
+def unread_note(unread: Mapping[str, str]) -> str:
+    """Why a row's finished runs give no result: "seed0 finished, but never evaluated at start"."""
+    return "; ".join(f"{seed} {why}" for seed, why in sorted(unread.items()))
+
+
+def read_notes(evidence: Evidence, column: str, read: Mapping[str, tuple[dict[str, float], dict[str, str]]]) -> str:
+    """ "; ..." naming, of rows with results, the finished seeds without one and the seeds that diverged (rule 1: a
+    row with runs is never silently cut down to the seeds that suit it)."""
+    notes = [f"{row} {unread_note(why)}" for row, (values, why) in read.items() if values and why]
+    diverged = {row: sorted(evidence.diverged(column, row)) for row, (values, _) in read.items() if values}
+    notes += [f"{row} diverged on {', '.join(seeds)}" for row, seeds in diverged.items() if seeds]
+    return f"; not read: {'; '.join(notes)}" if notes else ""
+
+
+def survived_only(verdict: str, why: str, lost: Sequence[str], name: str, other: str = "") -> tuple[str, str]:
+    """A claimant that diverged on seeds its comparison finished holds, at most, on the seeds it survived: cannot
+    tell (a run that diverged is a result, the worst one)."""
+    if verdict != HOLDS or not lost:
+        return verdict, why
+    where = f", which {other} finished" if other else ""
+    return UNSURE, f"{why}, but {name} diverged on {', '.join(lost)}{where}: holds only on the seeds it survived"
+
+
+def resting_on(verdicts: Mapping[str, tuple[str, Optional[Basis]]], verdict: str) -> tuple[Basis, ...]:
+    """The comparisons a line's verdict rests on: every pair for holds (each had to), the best-supported failing pair
+    for does not hold (one suffices), else the given ones."""
+    bases = [b for v, b in verdicts.values() if v == verdict and b is not None]
+    if verdict == FAILS and bases:
+        return (max(bases, key=lambda b: (len(b.seeds), b.share or 0)),)  # most seeds, then furthest past the bar
+    return tuple(bases)
+
+
 def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     """Every pair, the claimant against each other row, on the seeds both finished (a pair is its own comparison:
     the leading rows' extra seeds count without waiting for every baseline's)."""
     column, point, first = claim["column"], evidence.point(claim), claim["rows"][0]
-    results = {row: evidence.results(column, row, point) for row in claim["rows"]}
-    absent = [row for row, seeds in results.items() if not seeds]
+    read = {row: evidence.read(column, row, point) for row in claim["rows"]}
+    results = {row: values for row, (values, _) in read.items()}
+    unread = {row: why for row, (values, why) in read.items() if not values and why}  # finished, no result here
+    absent = [row for row, seeds in results.items() if not seeds and row not in unread]
     if first in absent or len(absent) >= len(results) - 1:
         said = evidence.absent(column, absent).removeprefix("; ")
         return Judgement(NOT_RUN, "direction", said if "diverged" in said else "")  # the runs that ended so, named
+    partly = evidence.absent(column, absent) + read_notes(evidence, column, read)
+    if first in unread:
+        return Judgement(UNSURE, "direction", f"{first} not judged: {unread_note(unread[first])}{partly}")
     results = {row: seeds for row, seeds in results.items() if seeds}
-    others = [row for row in claim["rows"][1:] if row in results]
-    partly = evidence.absent(column, absent)
-    shared = {o: sorted(set(results[first]) & set(results[o])) for o in others}
+    others = [row for row in claim["rows"][1:] if row in results or row in unread]
+    shared = {o: sorted(set(results[first]) & set(results.get(o, {}))) for o in others}
     mean = {row: statistics.fmean(v.values()) for row, v in results.items()}
     numbers = means_shown(results)
     pairs: dict[str, tuple[str, str, list[float], Optional[Basis]]] = {}
     for other in others:  # every pair: the claimant against each other row, each by rules 2-4
+        if other in unread:
+            pairs[other] = (UNSURE, f"not judged: {unread_note(unread[other])}", [], None)
+            continue
         if not shared[other]:
             seeds = "; ".join(f"{row}: {', '.join(sorted(results[row]))}" for row in (first, other))
             pairs[other] = (UNSURE, f"not judged: no seed finished for both rows of a pair ({seeds})", [], None)
@@ -377,11 +496,13 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             continue
         excess = [results[first][s] - results[other][s] for s in shared[other]]
         verdict, why, basis = judge_pair(evidence, column, point, (first, other), shared[other], excess)
+        lost = sorted(evidence.diverged(column, first) & set(results[other]))
+        verdict, why = survived_only(verdict, why, lost, first, other)
         pairs[other] = (verdict, why, excess, basis)
     verdicts = [v for v, *_ in pairs.values()]
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
-    closest = sorted(others, key=lambda o: abs(mean[first] - mean[o]))
+    closest = sorted(others, key=lambda o: abs(mean[first] - mean.get(o, mean[first])))
     deciding = [o for o in closest if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
     shown = []
     for other in deciding:
@@ -391,20 +512,30 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     left = [pairs[o][0] for o in others if o not in deciding]
     counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
     rest = f"; the other pairs: {counts}" if left else ""
-    basis = tuple(b for o in deciding if (b := pairs[o][3]))
+    considered = {o: (v, b) for o, (v, _, _, b) in pairs.items() if verdict != UNSURE or o in deciding}
+    basis = resting_on(considered, verdict)
     return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}", basis)
 
 
 def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     column, point, row, need = claim["column"], evidence.point(claim), claim["row"], claim["at_least"]
     judges = f"margin of {need:g} points"
-    ours = evidence.results(column, row, point)
+    ours, ours_unread = evidence.read(column, row, point)
     if not ours:
-        return Judgement(NOT_RUN, judges)
-    verdicts, parts, absent, bases = [], [], [], []
+        return (
+            Judgement(UNSURE, judges, f"{row} not judged: {unread_note(ours_unread)}")
+            if ours_unread
+            else (Judgement(NOT_RUN, judges))
+        )
+    verdicts, parts, absent, bases = [], [], [], {}
+    read = {row: (ours, ours_unread)}
     for other in claim["over"]:
-        theirs = evidence.results(column, other, point)
+        theirs, theirs_unread = read[other] = evidence.read(column, other, point)
         shared = sorted(set(ours) & set(theirs))
+        if not theirs and theirs_unread:
+            verdicts.append(UNSURE)
+            parts.append(f"{other}: not judged, {unread_note(theirs_unread)}")
+            continue
         if not theirs:
             absent.append(other)
             continue
@@ -420,24 +551,25 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             continue
         excess = [ours[s] - theirs[s] - need for s in shared]
         verdict, why, basis = judge_pair(evidence, column, point, (row, other), shared, excess)
+        verdict, why = survived_only(verdict, why, sorted(evidence.diverged(column, row) & set(theirs)), row, other)
         verdicts.append(verdict)
-        bases.append((verdict, basis))
+        bases[other] = (verdict, basis)
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
     if not verdicts:
         return Judgement(NOT_RUN, judges)
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
-    missing = evidence.absent(column, absent)
-    basis = tuple(b for v, b in bases if v == verdict)
-    return Judgement(verdict, judges, "; ".join(parts) + missing, basis)
+    missing = evidence.absent(column, absent) + read_notes(evidence, column, read)
+    return Judgement(verdict, judges, "; ".join(parts) + missing, resting_on(bases, verdict))
 
 
 def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     column, reference, row, point = claim["column"], claim["reference"], claim["row"], evidence.point(claim)
     judges = f"within {claim['points']:g} points"
-    runs, base = evidence.results(column, row, point), evidence.results(reference, row, point)
+    (runs, runs_unread), (base, base_unread) = evidence.read(column, row, point), evidence.read(reference, row, point)
     shared = sorted(set(runs) & set(base))
     if not shared:
-        return Judgement(NOT_RUN, judges)
+        unread = [f"{row} in {c}: {unread_note(u)}" for c, u in ((column, runs_unread), (reference, base_unread)) if u]
+        return Judgement(UNSURE, judges, f"not judged: {'; '.join(unread)}") if unread else Judgement(NOT_RUN, judges)
     value, ref = statistics.fmean(runs[s] for s in shared), statistics.fmean(base[s] for s in shared)
     numbers = f"{claim.get('label', column)} {value:.2f}, {reference} {ref:.2f}, {value - ref:+.2f}"
     # the two columns differ by design (that is the claim) in what the columns change; the rest must agree
@@ -448,7 +580,8 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     if unlike:
         return Judgement(UNSURE, judges, f"{numbers}; the runs differ in {'; '.join(unlike[:3])}")
     excess = room_left(claim["points"], [runs[s] - base[s] for s in shared])
-    floor, no_floor = evidence.floor_for([value, ref], point)
+    read_at = evidence.points_read([(column, row), (reference, row)], point, shared)
+    floor, no_floor = evidence.floor_for([value, ref], point, read_at)
     verdict, why = decide(excess, floor, no_floor)
     basis = (Basis(((column, row), (reference, row)), tuple(shared), share_of_bar(excess, floor)),)
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
@@ -462,6 +595,9 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             + (f"faster than {names[1]}: provisional, {HOLDS}"),
         )
     verdict, why = provisional(verdict, why, statistics.fmean(excess), trailer, leader, names)
+    for here, there, finished in ((column, reference, base), (reference, column, runs)):
+        lost = sorted(evidence.diverged(here, row) & set(finished))
+        verdict, why = survived_only(verdict, why, lost, f"{row} in {here}", f"{row} in {there}")
     return Judgement(verdict, judges, f"{numbers}; room left {why}", basis)
 
 
@@ -476,12 +612,16 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     """`row` in `column` within `points` of a paper's number `value`: a replication's match, judged like "within"."""
     column, row, point, target = claim["column"], claim["row"], evidence.point(claim), claim["value"]
     judges = f"within {claim['points']:g} points of {target:g}"
-    runs = evidence.results(column, row, point)
+    runs, unread = evidence.read(column, row, point)
     if not runs:
-        return Judgement(NOT_RUN, judges)
+        return (
+            Judgement(UNSURE, judges, f"{row} not judged: {unread_note(unread)}")
+            if unread
+            else (Judgement(NOT_RUN, judges))
+        )
     value = statistics.fmean(runs.values())
     excess = room_left(claim["points"], [v - target for v in runs.values()])
-    floor, no_floor = evidence.floor_for([value], point)
+    floor, no_floor = evidence.floor_for([value], point, evidence.points_read([(column, row)], point, sorted(runs)))
     own_floor = floor / math.sqrt(2) if floor is not None else None  # one run against a constant: the floor once
     verdict, why = decide(excess, own_floor, no_floor)
     basis = (Basis(((column, row),), tuple(sorted(runs)), share_of_bar(excess, own_floor)),)
@@ -494,6 +634,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
             UNSURE,
             f"{why}, but {row} is still rising ({gain:+.2f} in the last fifth): provisional, {verdict}",
         )
+    verdict, why = survived_only(verdict, why, sorted(evidence.diverged(column, row)), row)
     at = f" at {point}" if point else ""
     return Judgement(
         verdict,
@@ -576,12 +717,16 @@ def measured_floor(
     for folder in folders:
         by_seed: dict[str, list[float]] = {}
         configs: dict[str, dict[str, dict[str, Any]]] = {}
-        for row in noise["rows"]:
-            for run in finished_runs(folder / noise["column"], row):
-                if not headline_curve(run, point):  # never evaluated at this point: no result there
-                    continue
-                by_seed.setdefault(run.name, []).append(100 * mean_of_last(run, k, point, rounds=True))
-                configs.setdefault(run.name, {})[row] = saved_config(run)
+        try:
+            runs = [(row, run) for row in noise["rows"] for run in seed_runs(folder / noise["column"], row)]
+        except PfedkitError as err:  # a noise run misfiled: no floor until it is put right
+            return None, f"not measured: {err}", None
+        for row, run in runs:
+            value, _ = read_run(run, k, point)
+            if value is None:  # never evaluated at this point (or not to its end): no result there
+                continue
+            by_seed.setdefault(run.name, []).append(value)
+            configs.setdefault(run.name, {})[row] = saved_config(run)
         # repeats of one config: the runs of a seed are of one method and differ in the training draws (run.repeat,
         # a value each) and nothing else
         unlike = [u for seed in sorted(configs) for u in not_repeats(configs[seed])]
@@ -599,6 +744,14 @@ def measured_floor(
         if elsewhere:
             return None, f"not measured: the noise rows' runs are not of this scale ({elsewhere[0]})", None
         spreads = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
+        if spreads and not any(spreads.values()):  # a spread of 0 would let any gap decide
+            seed = next(iter(spreads))
+            return (
+                None,
+                f"not measured: the noise rows' runs gave one result ({by_seed[seed][0]:.2f} on {seed}; other "
+                "draws would differ)",
+                None,
+            )
         if spreads:
             floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))
             repeats = max(len(by_seed[s]) for s in spreads)

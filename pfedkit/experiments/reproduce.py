@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides, flat, merge
-from pfedkit.errors import ConfigError, DataError
+from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.experiments.claims import (
     FAILS,
     HOLDS,
@@ -47,6 +47,7 @@ from pfedkit.reports.tables import (
     finished_runs,
     mean_curve,
     mean_of_last,
+    own_point,
     paper_table,
     run_devices,
     run_facts,
@@ -459,35 +460,65 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
     text = "; ".join(t for _, t, _ in at_paper) if at_paper else "no noise rows in the suite"
     judged = [run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]
     repeats = [run for n in entries for r in n["rows"] for run in finished_runs(folder / n["column"], r)]
+    floor_point = None
+    if suite.paper_point is None:  # runs read at their own points: the floor's runs must share one (rule 1)
+        own = sorted({own_point(run) for run in repeats})
+        if len(own) > 1:
+            found[None] = []
+            text = f"not used: the noise rows' runs measure at {' and '.join(own)} (one point, or set paper_point)"
+        floor_point = own[0] if len(own) == 1 else None
+    if source is not suite:  # a borrowed floor bounds this suite's runs only if its setting is theirs
+        unlike = borrowed_differences(suite, source, scale)
+        if unlike:
+            found = {p: [] for p in points}
+            text = f"not used: suite {source.name}'s floor is of another setting ({unlike})"
     for runs, name in ((judged, out.name), (repeats, folder.name)):  # a floor bounds the runs of its own device only
         devices = run_devices(runs)
         if any((device == "cpu") == on_gpu for device in devices):
             found = {p: [] for p in points}
             text = f"not used: {name} holds runs with run.device {', '.join(devices)} (a GPU's go in <folder>_gpu)"
     floor, level = found[suite.paper_point][0] if found[suite.paper_point] else (None, None)
-    if source is not suite:
+    if source is not suite and not text.startswith("not used"):
         text += f", borrowed from suite {source.name} (the same setting)"
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
     elsewhere = {p: tuple(found[p]) for p in points[1:] if found[p]}
     more = tuple(found[suite.paper_point][1:])
-    return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere), text
+    return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere, floor_point), text
+
+
+def borrowed_differences(suite: Suite, source: Suite, scale: str) -> str:
+    """How `suite`'s columns at `scale` differ in setting (SETTING_SECTIONS, method aside) from the noise rows' cells
+    of `source`, whose floor it borrows: the first difference, "" if none."""
+    if scale not in source.scales:
+        return f"it has no {scale} scale"
+    for noise in noise_entries(source.noise):
+        row = noise["rows"][0]
+        theirs = noise_setting(source, scale, noise["column"])(row)
+        for column in suite.columns:
+            ours = noise_setting(suite, scale, column)(row)
+            for key in sorted(set(ours) | set(theirs)):
+                if repr(ours.get(key)) != repr(theirs.get(key)):
+                    return f"{key} {ours.get(key)!r} in column {column}, {theirs.get(key)!r} in its {noise['column']}"
+    return ""
 
 
 SETTING_SECTIONS = ("train", "data", "partition", "model", "eval")  # what a scale and a column fix, method aside
 
 
 def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict[str, Any]]:
-    """row -> the setting a noise row's run must have to bound this scale's runs: what the suite sets for its cell at
-    `scale` in `column` (flat keys of SETTING_SECTIONS, where runs are kept aside)."""
+    """row -> the setting a noise row's run must have to bound this scale's runs: its cell at `scale` in `column`, as
+    flat keys of SETTING_SECTIONS, every one stated (where runs are kept aside)."""
     from pfedkit.config import PLACEMENT_KEYS, parse_config
 
     def expected(row: str) -> dict[str, Any]:
         raw = cell_config(suite, scale, column, row)
-        stated = flat(parse_config(raw).to_dict())  # the values as a run's config states them (1 -> 1.0, ...)
+        # every value as a run's config states it (1 -> 1.0, ...), the defaults the suite leaves unsaid included: a
+        # run made under another default is of another setting
+        stated = flat(parse_config(raw).to_dict())
         return {
-            key: stated[key]
-            for key in flat(raw)
-            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS and key in stated
+            key: value
+            for key, value in stated.items()
+            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS
         }
 
     return expected
@@ -551,7 +582,10 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
-                judgement = judge(claim, judged_on)
+                try:
+                    judgement = judge(claim, judged_on)
+                except PfedkitError as err:  # a run misfiled or unreadable: this line cannot tell, the rest stand
+                    judgement = Judgement(UNSURE, claim.get("kind", "direction"), f"not judged: {err}")
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     diverged += [judgement.detail] if "diverged" in judgement.detail else []
                     continue
@@ -571,7 +605,8 @@ LEADING_SEEDS = 3  # issue 61: a verdict, or a gap halfway to one, is shown on t
 OWED_SHARE = 0.5  # a cannot-tell gap at least this share of the way to the bar (one standard error) is owed seeds
 OWED_HEADING = (
     f"Lines owed seeds: decided, or with a gap at least halfway to rule 3's bar, on fewer than {LEADING_SEEDS} seeds; "
-    "each with the command that runs the rest (finished cells are skipped):"
+    "each with the command that runs the rest (finished cells are skipped; a line without a noise floor owes a floor "
+    "first, not seeds):"
 )
 
 

@@ -8,7 +8,7 @@ and the paper's claims. The code that runs suites (`reproduce.py`) knows no pape
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
@@ -52,6 +52,44 @@ def _check(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(keys) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
+
+
+CLAIM_NEEDS = {  # the keys without which a kind cannot be judged
+    "above": ("text", "column", "rows"),
+    "within": ("text", "column", "row", "reference", "points"),
+    "margin": ("text", "column", "row", "over", "at_least"),
+    "number": ("text", "column", "row", "value", "points"),
+    "count": ("text", "model", "input_shape", "num_classes", "millions"),
+    "unjudged": ("text", "not_run"),
+}
+
+
+def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any], rows: Sequence[str]) -> str:
+    """What makes a claim unjudgeable or vacuous (a row outside the suite, a pair of a row with itself, a margin of
+    no points), with the fix; "" if nothing."""
+    missing = [key for key in CLAIM_NEEDS[kind] if key not in claim]
+    if missing:
+        return f"a {kind} claim needs {', '.join(missing)}"
+    named_columns = [claim[key] for key in ("column", "reference") if key in claim]
+    unknown = [c for c in named_columns if c not in columns]
+    if unknown:
+        return f"column {unknown[0]!r} is not one of the suite's columns ({', '.join(columns)})"
+    named_rows = [*claim.get("rows", ()), *([claim["row"]] if "row" in claim else []), *claim.get("over", ())]
+    outside = [r for r in named_rows if r not in rows]
+    if outside:
+        return f"row {outside[0]!r} is not in the suite's rows"
+    if claim.get("point") not in (None, "start", "after-local"):
+        return f'point = {claim["point"]!r}; use "start" or "after-local"'
+    if kind == "above" and (len(claim["rows"]) < 2 or len(set(claim["rows"])) != len(claim["rows"])):
+        return "rows must name the claimant and at least one other row, each once"
+    if kind == "margin" and (not claim["over"] or claim["row"] in claim["over"]):
+        return "over must name at least one row other than row"
+    if kind == "within" and claim["reference"] == claim["column"]:
+        return "reference must be another column than column (a row is always within 0 points of itself)"
+    for key in ("at_least", "points"):
+        if key in claim and not claim[key] > 0:
+            return f"{key} = {claim[key]!r}; it must be above 0 (a margin or a band of no points judges nothing)"
+    return ""
 
 
 def suite_from_toml(path: Path) -> Suite:
@@ -100,6 +138,9 @@ def suite_from_toml(path: Path) -> Suite:
         if kind not in CLAIM_KEYS:
             raise ConfigError(f"{path}: claim {claim.get('text')!r} has kind {kind!r}; kinds: {', '.join(CLAIM_KEYS)}")
         _check(claim, CLAIM_KEYS[kind] | {"kind"}, f"{path} claim {claim.get('text')!r}")
+        problem = claim_problem(claim, kind, columns, rows)
+        if problem:
+            raise ConfigError(f"{path} claim {claim.get('text')!r}: {problem}")
     paper_point = data.get("paper_point")
     if paper_point not in (None, "start", "after-local"):
         raise ConfigError(

@@ -24,7 +24,7 @@ from pfedkit.records import AFTER, accuracy_column
 # when the best of its last fifth is more than PEAK_POINTS below its best; else "flat". Means of fifths rather than a
 # fitted slope, so that round-to-round noise does not decide it.
 RISE_POINTS, PER_ROUNDS, PEAK_POINTS, MIN_EVALUATIONS = 0.5, 100, 1.0, 10
-SEED_FOLDER = re.compile(r"seed\d+")  # a run folder of one seed: seed0, seed1, ...
+SEED_FOLDER = re.compile(r"seed(0|[1-9][0-9]*)")  # a run folder of one seed: seed0, seed1, ... (not seed01)
 TREND_MARKS = {"rising": " ↑", "peaked": " ↓", "short": " ?", "flat": ""}
 TREND_NOTE = (
     f"↑ = still rising (the mean curve over seeds gained more than {RISE_POINTS} points from the fourth fifth "
@@ -68,16 +68,19 @@ def summary_of(run_dir: Path) -> dict:
 def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int, float]]:
     """(round, accuracy) of every evaluated round, at `point` ("start" or "after-local"; a run measured at both has
     both), else at the run's own evaluation point (a run before eval.point: start)."""
-    if point is None:  # a run still training has no summary yet: its config says where it measures
-        point = (
-            summary_of(run_dir).get("eval_point", "start")
-            if (run_dir / "summary.json").exists()
-            else tomllib.loads((run_dir / "config.toml").read_text())
-            .get("eval", {})
-            .get("point", EvalSection.model_fields["point"].default)
-        )
-    column = accuracy_column(point)
+    column = accuracy_column(point or own_point(run_dir))
     return [(int(r["round"]), float(r[column])) for r in run_metrics(run_dir) if r.get(column) not in (None, "")]
+
+
+def own_point(run_dir: Path) -> str:
+    """Where the run's headline accuracy is read: "after-local" for a run measuring only there, else "start" (eval.point
+    "both" headlines the start), from its summary, else (still training) its config (a run before eval.point: start)."""
+    if (run_dir / "summary.json").exists():
+        point = summary_of(run_dir).get("eval_point", "start")
+    else:
+        config = tomllib.loads((run_dir / "config.toml").read_text())
+        point = config.get("eval", {}).get("point", EvalSection.model_fields["point"].default)
+    return "after-local" if point == "after-local" else "start"
 
 
 def run_metrics(run_dir: Path) -> list[dict[str, str]]:
