@@ -131,13 +131,13 @@ MUTANTS = {
     ),
     "M21": (
         "within: a trailing curve climbing through the leader ignored",
-        "    if verdict == HOLDS and trailer[1] and trailer[0] > leader[0]:",
+        "    if verdict == HOLDS and trailer.rising and trailer.rate > leader.rate:",
         "    if False:",
     ),
     "M22": (
         "rule 4: a curve too short for the tables' mark never counts as rising",
-        "        return gain, gain > RISE_POINTS\n",
-        "        return gain, False\n",
+        "        return Trend(gain, gain > RISE_POINTS, rate)\n",
+        "        return Trend(gain, False, rate)\n",
     ),
     "M23": (
         "rule 3: the floor's reach measured from the pair's mean accuracy",
@@ -197,8 +197,8 @@ MUTANTS = {
     ),
     "M34": (
         "rule 1: noise runs never evaluated at the point read anyway (crashes the table)",
-        "            if value is None:  # never evaluated at this point (or not to its end): no result there\n"
-        "                continue\n",
+        "                    if value is None:  # never evaluated at this point (or not to its end): no result there\n"
+        "                        continue\n",
         "",
     ),
     "M35": (
@@ -274,6 +274,64 @@ MUTANTS = {
         "        problem = claim_problem(claim, kind, columns, rows)\n",
         '        problem = ""\n',
         "pfedkit/experiments/suites.py",
+    ),
+    "M49": (
+        "rule 3: a judged run made at another setting than its cell's (another scale, column) is read",
+        "            if off:  # rule 3's floor",
+        "            if False:  # rule 3's floor",
+    ),
+    "M50": (
+        "rule 1: a number claim leaves out its unread seeds without naming them",
+        "        + read_notes(evidence, column, {row: (runs, unread)}),",
+        '        + "",',
+    ),
+    "M51": (
+        "rule 2: a within claim leaves out the seeds one column alone finished without naming them",
+        "        if set(mine) - set(shared)\n",
+        "        if False\n",
+    ),
+    "M52": (
+        "the numbers shown: means over unlike seed sets side by side when no seed is common to every row",
+        "    if not common:  # each pair on its own seeds",
+        "    if False:  # each pair on its own seeds",
+    ),
+    "M53": (
+        "rule 3: a noise run that cannot be read stops the table (no floor, no line)",
+        '        except PfedkitError as err:\n            return None, f"not measured: {err}", None\n',
+        '        except ZeroDivisionError as err:\n            return None, f"not measured: {err}", None\n',
+    ),
+    "M54": (
+        "rule 2: a folder set aside (seed0-old) that diverged counted as a seed's divergence",
+        "    return [d for d in seed_folders(column_dir, method) if (d / DIVERGED).is_file()]",
+        '    return [d for d in (column_dir / method).glob("seed*") if (d / DIVERGED).is_file()]',
+        "pfedkit/reports/tables.py",
+    ),
+    "M55": (
+        "the table: a margin or number whose claimant diverged said to be not run, its divergence unnamed",
+        "        return Judgement(NOT_RUN, judges, said)",
+        "        return Judgement(NOT_RUN, judges)",
+    ),
+    "M56": (
+        "rule 1: a run whose summary and config.toml disagree on its rounds (carried on, unfinished) read",
+        "    if configured is not None and final != configured:",
+        "    if False:",
+    ),
+    "M57": (
+        "rule 4: gains compared in points over unequal stretches, not per round",
+        "        return other.rising and other.rate > claimant.rate",
+        "        return other.rising and other.gain > claimant.gain",
+    ),
+    "M58": (
+        "the table: a not-run line asks to run rows that finished or diverged",
+        "if r not in ran]",
+        "]",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M59": (
+        "owed seeds: a command printed where every seed has ended (diverged runs are not run again)",
+        '        if all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):',
+        "        if False:",
+        "pfedkit/experiments/reproduce.py",
     ),
 }
 

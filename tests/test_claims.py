@@ -96,6 +96,7 @@ def test_rule_2_rows_are_compared_only_at_equal_rounds_and_data(tmp_path):
     flat_run(
         tmp_path / "col" / "d" / "seed0",
         0.5,
+        n=41,
         config={"train": {"rounds": 40}, "data": {"dataset": "cifar10", "fraction": 0.2}},
     )
     longer = judge({**ABOVE, "rows": ["a", "d"]}, Evidence(tmp_path, 5, floor=1.0))
@@ -342,7 +343,8 @@ def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(t
     runner = CliRunner()
     done = runner.invoke(main, ["reproduce", "heart-table1", "--claims", "--out", str(tmp_path / "results")])
     assert done.exit_code == 0, done.output
-    assert "`heart-table1#7`" in done.output and "no verdict without a noise floor" in done.output
+    line = next(x for x in done.output.splitlines() if "`heart-table1#7`" in x)  # runs of another data set: unread
+    assert "**cannot tell**" in line and "not of the setting the suite gives its cell here (data.dataset" in line
     document = tmp_path / "doc.md"
     document.write_text(f"before\n{CLAIMS_BEGIN}\nSTALE-TABLE-TEXT\n{CLAIMS_END}\nafter\n")
     args = ["reproduce", "--claims", "--out", str(tmp_path / "results"), "--update", str(document)]
@@ -889,10 +891,14 @@ def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_poin
 
     for repeat, row in enumerate(("n", "n-repeat1")):  # the floor's runs measure at the start
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
-    for row, value in (("a", 0.58), ("b", 0.50)):  # the judged runs measure after local training only
-        after = {**BASE, "eval": {"point": "after-local"}}
+    after = {**BASE, "eval": {"point": "after-local"}}
+    for row, value in (
+        ("a", 0.58),
+        ("b", 0.50),
+    ):  # the judged runs measure after local training only, as their rows say
         run(tmp_path / "col" / row / "seed0", [0.1] * 20, after=[value] * 20, point="after-local", config=after)
-    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path, "small", False)
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), row_changes={r: {"eval": {"point": "after-local"}} for r in "ab"})
+    evidence, _ = reproduce.suite_evidence(suite, tmp_path, "small", False)
     assert evidence.floor is not None and evidence.floor_point == "start"
     got = judge(ABOVE, evidence)
     assert got.verdict == UNSURE and "the floor's runs were read at start, these at after-local" in got.detail
@@ -959,3 +965,122 @@ def test_a_suite_refuses_a_claim_it_could_not_judge_or_that_judges_nothing(tmp_p
     good = {"text": "t", "column": "col", "rows": ["a", "b"]}
     (tmp_path / "toy.toml").write_text(dump_toml({**suite, "claims": [good]}))
     assert suite_from_toml(tmp_path / "toy.toml").claims[0]["rows"] == ["a", "b"]
+
+
+def test_rule_3_a_judged_run_made_at_another_setting_than_its_cell_is_no_result(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50, n=10, config={**BASE, "train": {"rounds": 9}})  # not the 19
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path, "small", False)
+    got = judge(ABOVE, evidence)
+    assert got.verdict == UNSURE
+    assert "b not judged: seed0 is not of the setting the suite gives its cell here (train.rounds 9" in got.detail
+
+
+def test_within_and_number_name_the_seeds_they_leave_out(tmp_path):
+    for column, values in (("in", (0.503, 0.503)), ("ood", (0.50, 0.50))):
+        for seed, value in enumerate(values):
+            flat_run(tmp_path / column / "r" / f"seed{seed}", value)
+    short = tmp_path / "ood" / "r" / "seed1" / "metrics.csv"  # seed 1's evaluations in ood stop at round 10 of 19
+    short.write_text(
+        "\n".join(x if i <= 11 else x.split(",")[0] + "," for i, x in enumerate(short.read_text().splitlines())) + "\n"
+    )
+    within = {"kind": "within", "text": "t", "column": "ood", "reference": "in", "row": "r", "points": 1.0}
+    got = judge(within, Evidence(tmp_path, 5, floor=0.1))
+    assert (
+        "r in in alone on seed1" in got.detail
+        and "not read: r in ood seed1 its last evaluation is at round 10" in got.detail
+    )
+    number = {"kind": "number", "text": "t", "column": "ood", "row": "r", "value": 50.0, "points": 1.0}
+    got = judge(number, Evidence(tmp_path, 5, floor=0.1))
+    assert "over 1 seed(s)" in got.detail and "not read: r seed1 its last evaluation is at round 10" in got.detail
+
+
+def test_the_means_shown_for_rows_without_a_common_seed_are_each_pairs_own(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.56)
+    flat_run(tmp_path / "col" / "a" / "seed1", 0.64)
+    flat_run(tmp_path / "col" / "b" / "seed1", 0.62)
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.50)
+    got = judge(ABOVE_TWO, Evidence(tmp_path, 5, floor=0.1))
+    assert got.detail.startswith("on seed1: a 64.00, b 62.00; on seed0: a 56.00, c 50.00;")  # not a 60.00 beside b 62
+
+
+def test_a_set_aside_folder_is_no_divergence_and_a_diverged_claimant_is_named_not_owed_a_run(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
+    aside = root / "toy" / "col" / "b" / "seed0-old"  # a copy set aside that diverged: no seed, no divergence
+    aside.mkdir(parents=True)
+    (aside / "diverged.json").write_text('{"round": 3}')
+    flat_run(root / "toy" / "col" / "a" / "seed0", 0.58)
+    assert "diverged" not in judge(ABOVE, Evidence(root / "toy", 5, floor=0.1)).detail
+    shutil.rmtree(root / "toy" / "col" / "a" / "seed0")
+    (root / "toy" / "col" / "a" / "seed0").mkdir()
+    (root / "toy" / "col" / "a" / "seed0" / "diverged.json").write_text('{"round": 3}')
+    margin = {"kind": "margin", "text": "a over b by 1", "column": "col", "row": "a", "over": ["b"], "at_least": 1.0}
+    number = {"kind": "number", "text": "a at 58", "column": "col", "row": "a", "value": 58.0, "points": 1.0}
+    table = claims_table(root, [toy_suite((ABOVE, margin, number), ("n", "n-repeat1"))])
+    for n in (1, 2, 3):
+        line = next(x for x in table if x.endswith(f"`toy#{n}` |"))
+        assert "not run: a (diverged: seed0)" in line and "runs them" not in line  # b finished, a's cell is its result
+
+
+def test_a_run_whose_summary_and_config_disagree_on_its_rounds_is_not_read(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50, config={**BASE, "train": {"rounds": 39}})  # carried on, unfinished
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "its summary says 19 rounds but its config.toml 39" in got.detail
+
+
+def test_rule_4_curves_evaluated_at_other_intervals_are_compared_per_round(tmp_path):
+    def curve(row, level, per_round, every):  # 20 rounds, evaluated every `every` and at the last
+        accs = [level + per_round * r if r % every == 0 or r == 20 else "" for r in range(21)]
+        run(tmp_path / "col" / row / "seed0", accs, config={**BASE, "train": {"rounds": 20}, "eval": {"every": every}})
+
+    curve("a", 0.60, 0.0006, 10)  # ahead: +0.6 points between its last two evaluations, 10 rounds apart
+    curve("b", 0.50, 0.0012, 1)  # behind: +0.48 between its last two fifths, 4 rounds apart: twice a's pace
+    got = judge({**ABOVE, "differ_in": ["eval.every"]}, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "b is still rising (+0.48 in the last fifth) and closing" in got.detail
+
+
+def test_a_noise_run_that_cannot_be_read_leaves_the_floor_unmeasured_and_the_table_whole(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    for row, value in (("a", 0.58), ("b", 0.50)):
+        flat_run(root / "toy" / "col" / row / "seed0", value)
+    metrics = root / "toy" / "col" / "n" / "seed0" / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("0.54\n", "nan\n", 1))
+    table = claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])
+    assert any("not measured: " in x and "not a number" in x for x in table)
+    assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
+    (root / "toy" / "col" / "b" / "seed0" / "metrics.csv").unlink()  # a judged run without its metrics
+    line = next(x for x in claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))]) if x.endswith("`toy#1` |"))
+    assert "not judged: " in line and "has no metrics.csv" in line
+
+
+def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    for seed in range(3):
+        flat_run(root / "toy" / "col" / "a" / f"seed{seed}", 0.58)
+    flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
+    owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])).partition("Lines owed seeds")[2]
+    assert "- `toy#1`: holds on 1 seed (a vs b): `python benchmarks/reproduce.py toy" in owed
+    for seed in (1, 2):  # b diverged on seeds 1 and 2: its result there; no command can add a seed
+        (root / "toy" / "col" / "b" / f"seed{seed}").mkdir(parents=True)
+        (root / "toy" / "col" / "b" / f"seed{seed}" / "diverged.json").write_text('{"round": 3}')
+    owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])).partition("Lines owed seeds")[2]
+    assert "seeds 0-2 have all ended, nothing left to run (diverged: b in col on seed1, seed2)" in owed
+    assert "reproduce.py toy" not in owed

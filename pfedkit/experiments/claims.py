@@ -23,17 +23,19 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
    a run.repeat each and nothing else different), measured at the claim's scale (its runs as the suite sets them
-   there, every setting key, defaults included; a borrowed floor only where the borrower's columns are of that
+   there, every setting key, defaults included, and the judged runs likewise at their cells'; a suite's floor bounds
+   all its columns, which differ only in what the columns change, while a borrowed floor bounds only columns of its
    setting), device and evaluation point (runs read at their own points: where the floor's runs were read): each
    compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a pair the root mean
    square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite result; repeats that
    gave one result (a spread of 0) are no floor. A gap within two standard errors of its boundary, or exactly on
    them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
-4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster than
-   the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's curve
-   still rises at all (but away from a number it already fails); for "within", while either curve rises faster than
-   the other. A curve too short for the mark rises when its last fifth gains more than half a point; a row's seeds
-   are read at the rounds all of them evaluated.
+4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster per
+   round than the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's
+   curve still rises at all (but away from a number it already fails); for "within", while either curve rises faster
+   than the other (a band held while the trailer climbs, a miss while the trailer closes on the leader). A curve too
+   short for the mark rises when its last fifth gains more than half a point; a row's seeds are read at the rounds
+   all of them evaluated.
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
 pair holds, does not hold when any does not. A row with no finished run (or whose runs diverged) is not a pair: the
 line names it ("not run: ..."), and its verdict is of the rows that ran; likewise a margin's. A claimant that diverged
@@ -46,16 +48,16 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 from pfedkit.config import RunSection, flat, read_toml
-from pfedkit.engine.divergence import DIVERGED
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import (
     RISE_POINTS,
     curve_gain,
     curve_trend,
+    diverged_runs,
     finished_runs,
     headline_curve,
     last_evaluations,
@@ -103,6 +105,8 @@ class Evidence:
     floors_at_points: Mapping[str, tuple[tuple[float, Optional[float]], ...]] = field(default_factory=dict)
     # without a paper_point each run is read at its own point: the one the floor's runs were read at (None: unknown)
     floor_point: Optional[str] = None
+    # (column, row) -> the setting its runs must have (flat keys), the one the floor was measured at; None: unchecked
+    setting: Optional[Callable[[str, str], Mapping[str, Any]]] = None
 
     def floor_for(
         self, accuracies: Sequence[float], point: Optional[str], read_at: Sequence[str] = ()
@@ -145,11 +149,24 @@ class Evidence:
         values, unread = {}, {}
         for run in seed_runs(self.out / column, row):
             value, why = read_run(run, self.k, point)
+            off = self.off_setting(column, row, run)
+            if off:  # rule 3's floor bounds the runs of its setting: a run made at another is no result here
+                value, why = None, f"is not of the setting the suite gives its cell here ({off})"
             if value is None:
                 unread[run.name] = why
             else:
                 values[run.name] = value
         return values, unread
+
+    def off_setting(self, column: str, row: str, run: Path) -> str:
+        """How the run differs from the setting its cell has here (its first differing key), "" if it does not."""
+        if self.setting is None:
+            return ""
+        config = saved_config(run)
+        for key, value in self.setting(column, row).items():
+            if repr(config.get(key)) != repr(value):
+                return f"{key} {config.get(key)!r}, the cell's {value!r}"
+        return ""
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
         return [d for d in seed_runs(self.out / column, row) if d.name in seeds]
@@ -162,15 +179,22 @@ class Evidence:
 
     def diverged(self, column: str, row: str) -> set[str]:
         """The seeds on which the cell's runs diverged (their result: no accuracy)."""
-        return {d.name for d in (self.out / column / row).glob("seed*") if (d / DIVERGED).is_file()}
+        return {d.name for d in diverged_runs(self.out / column, row)}
+
+    def not_run(self, judges: str, column: str, rows: Sequence[str], other_column: str = "") -> Judgement:
+        """A line with nothing to judge, naming the rows whose runs diverged (their result, not a run owed)."""
+        said = "; ".join(
+            self.absent(c, [r for r in rows if self.diverged(c, r)]).removeprefix("; ")
+            for c in (column, other_column)
+            if c and any(self.diverged(c, r) for r in rows)
+        )
+        return Judgement(NOT_RUN, judges, said)
 
     def absent(self, column: str, rows: Sequence[str]) -> str:
         """ "; not run: ..." for rows without a finished run, naming those whose runs diverged (their result)."""
         if not rows:
             return ""
-        diverged = {
-            r: sorted(d.name for d in (self.out / column / r).glob("seed*") if (d / DIVERGED).is_file()) for r in rows
-        }
+        diverged = {r: [d.name for d in diverged_runs(self.out / column, r)] for r in rows}
         said = [f"{r} (diverged: {', '.join(diverged[r])})" if diverged[r] else r for r in rows]
         return f"; not run: {', '.join(said)}"
 
@@ -200,8 +224,10 @@ def stated_seed(run: Path) -> int:
 def final_round(run: Path) -> Optional[int]:
     """The rounds the run finished (summary.json, else its config's train.rounds)."""
     rounds = summary_of(run).get("rounds")
-    if isinstance(rounds, int):
-        return rounds
+    return rounds if isinstance(rounds, int) else configured_rounds(run)
+
+
+def configured_rounds(run: Path) -> Optional[int]:
     config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
     return config.get("train", {}).get("rounds")
 
@@ -214,7 +240,9 @@ def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], 
     at = f" at {point}" if point else ""
     if not curve:
         return None, f"finished, but never evaluated{at}"
-    final = final_round(run)
+    final, configured = final_round(run), configured_rounds(run)
+    if configured is not None and final != configured:  # a run carried on (config rewritten) and not yet finished
+        return None, f"its summary says {final} rounds but its config.toml {configured}: let it finish, or restore it"
     if final is not None and curve[-1][0] < final - max(k - 1, 1):
         return None, f"its last evaluation{at} is at round {curve[-1][0]} of {final}"
     return 100 * statistics.fmean(a for _, a in last_evaluations(curve, k, rounds=True)), ""
@@ -263,13 +291,12 @@ def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") 
     return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond 2 standard errors of {error:.2f}"
 
 
-def still_closing(excess: float, claimant: tuple[float, bool], other: tuple[float, bool]) -> bool:
-    """Rule 4: can the verdict still flip? (gain of the last fifth, still rising) of the claimant and of the row it is
-    judged against: a lead closes while the other rises faster, a shortfall while the claimant does."""
-    (gain_claimant, rising_claimant), (gain_other, rising_other) = claimant, other
+def still_closing(excess: float, claimant: Trend, other: Trend) -> bool:
+    """Rule 4: can the verdict still flip? The trends of the claimant and of the row it is judged against: a lead
+    closes while the other rises faster (per round), a shortfall while the claimant does."""
     if excess > 0:
-        return rising_other and gain_other > gain_claimant
-    return rising_claimant and gain_claimant > gain_other
+        return other.rising and other.rate > claimant.rate
+    return claimant.rising and claimant.rate > other.rate
 
 
 def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str] = ()) -> list[str]:
@@ -320,8 +347,15 @@ def related_params(pa: type, pb: type) -> bool:
 # ---- gathering the numbers ----
 
 
-def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> tuple[float, bool]:
-    """(gain of the last fifth in points, still rising) of the row's mean curve over these seeds, at the rounds every
+class Trend(NamedTuple):
+    gain: float  # points gained by the last fifth of the evaluations over the fifth before
+    rising: bool
+    rate: float  # that gain per round: curves evaluated at other intervals are compared at one pace (rule 4)
+
+
+def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> Trend:
+    """(gain of the last fifth in points, still rising, gain per round) of the row's mean curve over these seeds, at
+    the rounds every
     seed evaluated (past the last round one reached, or where their evaluations fall apart, a mean of some seeds alone
     would jump between seed sets). A curve too short for the tables' mark (an FT
     row evaluated every 5 rounds of 20) counts as rising when its last fifth gains more than RISE_POINTS."""
@@ -329,12 +363,13 @@ def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point
     shared = set.intersection(*(set(c) for c in curves)) if curves else set()  # no round read from some seeds only
     curve = [(r, 100 * statistics.fmean(c[r] for c in curves)) for r in sorted(shared)]
     if len(curve) < 2:
-        return 0.0, False
-    gain = curve_gain(curve)[0]
+        return Trend(0.0, False, 0.0)
+    gain, apart = curve_gain(curve)
+    rate = gain / apart if apart > 0 else 0.0
     shape = curve_trend(curve)
     if shape == "short":  # too few points to scale by rounds: a gain of more than RISE_POINTS outright
-        return gain, gain > RISE_POINTS
-    return gain, shape == "rising"
+        return Trend(gain, gain > RISE_POINTS, rate)
+    return Trend(gain, shape == "rising", rate)
 
 
 def saved_config(run: Path) -> dict[str, Any]:
@@ -381,8 +416,8 @@ def provisional(
     verdict: str,
     why: str,
     excess: float,
-    claimant: tuple[float, bool],
-    other: tuple[float, bool],
+    claimant: Trend,
+    other: Trend,
     names: tuple[str, str],
 ) -> tuple[str, str]:
     if verdict == UNSURE or not still_closing(excess, claimant, other):
@@ -418,8 +453,18 @@ def means_shown(results: Mapping[str, Mapping[str, float]]) -> str:
     """Each row's mean on the seeds every row finished, then, for rows with more, on all of theirs (means over unlike
     seed sets side by side would mislead: a seed fixes the partition)."""
     common = sorted(set.intersection(*(set(v) for v in results.values())))
-    if not common:
-        return ", ".join(f"{r} {statistics.fmean(v.values()):.2f} ({len(v)} seeds)" for r, v in results.items())
+    if not common:  # each pair on its own seeds, the claimant (first) beside each other row
+        (first, ours), *others = results.items()
+        shown = []
+        for row, theirs in others:
+            both = sorted(set(ours) & set(theirs))
+            shown.append(
+                f"on {', '.join(both)}: {first} {statistics.fmean(ours[s] for s in both):.2f}, "
+                f"{row} {statistics.fmean(theirs[s] for s in both):.2f}"
+                if both
+                else f"{row} {statistics.fmean(theirs.values()):.2f} (on {', '.join(sorted(theirs))}: not {first}'s)"
+            )
+        return "; ".join(shown)
     label = "" if all(len(v) == len(common) for v in results.values()) else f"on {', '.join(common)}: "
     shown = label + ", ".join(f"{r} {statistics.fmean(v[s] for s in common):.2f}" for r, v in results.items())
     more = [(r, v) for r, v in results.items() if len(v) > len(common)]
@@ -435,12 +480,14 @@ def unread_note(unread: Mapping[str, str]) -> str:
     return "; ".join(f"{seed} {why}" for seed, why in sorted(unread.items()))
 
 
-def read_notes(evidence: Evidence, column: str, read: Mapping[str, tuple[dict[str, float], dict[str, str]]]) -> str:
+def read_notes(
+    evidence: Evidence, column: str, read: Mapping[str, tuple[dict[str, float], dict[str, str]]], where: str = ""
+) -> str:
     """ "; ..." naming, of rows with results, the finished seeds without one and the seeds that diverged (rule 1: a
-    row with runs is never silently cut down to the seeds that suit it)."""
-    notes = [f"{row} {unread_note(why)}" for row, (values, why) in read.items() if values and why]
+    row with runs is never silently cut down to the seeds that suit it); `where`: after each row's name (" in col")."""
+    notes = [f"{row}{where} {unread_note(why)}" for row, (values, why) in read.items() if values and why]
     diverged = {row: sorted(evidence.diverged(column, row)) for row, (values, _) in read.items() if values}
-    notes += [f"{row} diverged on {', '.join(seeds)}" for row, seeds in diverged.items() if seeds]
+    notes += [f"{row}{where} diverged on {', '.join(seeds)}" for row, seeds in diverged.items() if seeds]
     return f"; not read: {'; '.join(notes)}" if notes else ""
 
 
@@ -525,7 +572,7 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return (
             Judgement(UNSURE, judges, f"{row} not judged: {unread_note(ours_unread)}")
             if ours_unread
-            else (Judgement(NOT_RUN, judges))
+            else evidence.not_run(judges, column, [row])
         )
     verdicts, parts, absent, bases = [], [], [], {}
     read = {row: (ours, ours_unread)}
@@ -556,7 +603,7 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         bases[other] = (verdict, basis)
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
     if not verdicts:
-        return Judgement(NOT_RUN, judges)
+        return evidence.not_run(judges, column, absent)
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     missing = evidence.absent(column, absent) + read_notes(evidence, column, read)
     return Judgement(verdict, judges, "; ".join(parts) + missing, resting_on(bases, verdict))
@@ -569,7 +616,9 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     shared = sorted(set(runs) & set(base))
     if not shared:
         unread = [f"{row} in {c}: {unread_note(u)}" for c, u in ((column, runs_unread), (reference, base_unread)) if u]
-        return Judgement(UNSURE, judges, f"not judged: {'; '.join(unread)}") if unread else Judgement(NOT_RUN, judges)
+        if unread:
+            return Judgement(UNSURE, judges, f"not judged: {'; '.join(unread)}")
+        return evidence.not_run(judges, column, [row], reference)
     value, ref = statistics.fmean(runs[s] for s in shared), statistics.fmean(base[s] for s in shared)
     numbers = f"{claim.get('label', column)} {value:.2f}, {reference} {ref:.2f}, {value - ref:+.2f}"
     # the two columns differ by design (that is the claim) in what the columns change; the rest must agree
@@ -588,7 +637,7 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
     names = names if value < ref else names[::-1]
-    if verdict == HOLDS and trailer[1] and trailer[0] > leader[0]:  # inside the band, the trailer may climb out of it
+    if verdict == HOLDS and trailer.rising and trailer.rate > leader.rate:  # in the band, the trailer may climb out
         verdict, why = (
             UNSURE,
             f"{why}, but {names[0]} is still rising ({trailer[0]:+.2f} in the last fifth) "
@@ -598,7 +647,17 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     for here, there, finished in ((column, reference, base), (reference, column, runs)):
         lost = sorted(evidence.diverged(here, row) & set(finished))
         verdict, why = survived_only(verdict, why, lost, f"{row} in {here}", f"{row} in {there}")
-    return Judgement(verdict, judges, f"{numbers}; room left {why}", basis)
+    # the seeds left out of the comparison, each named: read in one column only, or not read
+    alone = [
+        f"{row} in {c} alone on {', '.join(sorted(set(mine) - set(shared)))}"
+        for c, mine in ((column, runs), (reference, base))
+        if set(mine) - set(shared)
+    ]
+    notes = (f"; {'; '.join(alone)}" if alone else "") + "".join(
+        read_notes(evidence, c, {row: r}, f" in {c}")
+        for c, r in ((column, (runs, runs_unread)), (reference, (base, base_unread)))
+    )
+    return Judgement(verdict, judges, f"{numbers}; room left {why}{notes}", basis)
 
 
 def room_left(points: float, gaps: Sequence[float]) -> list[float]:
@@ -617,7 +676,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return (
             Judgement(UNSURE, judges, f"{row} not judged: {unread_note(unread)}")
             if unread
-            else (Judgement(NOT_RUN, judges))
+            else evidence.not_run(judges, column, [row])
         )
     value = statistics.fmean(runs.values())
     excess = room_left(claim["points"], [v - target for v in runs.values()])
@@ -625,7 +684,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     own_floor = floor / math.sqrt(2) if floor is not None else None  # one run against a constant: the floor once
     verdict, why = decide(excess, own_floor, no_floor)
     basis = (Basis(((column, row),), tuple(sorted(runs)), share_of_bar(excess, own_floor)),)
-    gain, rising = trend(evidence, column, row, sorted(runs), point)
+    gain, rising, _ = trend(evidence, column, row, sorted(runs), point)
     # the number stays put: only the row's own curve moves; a match holds only once it has stopped moving (rising, it
     # may leave the band), a miss below the number while it rises towards it
     towards = (value < target) == (gain > 0)
@@ -639,7 +698,8 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     return Judgement(
         verdict,
         judges,
-        f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; room left {why}",
+        f"{row} {value:.2f}{at} over {len(runs)} seed(s), {value - target:+.2f}; room left {why}"
+        + read_notes(evidence, column, {row: (runs, unread)}),
         basis,
     )
 
@@ -717,16 +777,16 @@ def measured_floor(
     for folder in folders:
         by_seed: dict[str, list[float]] = {}
         configs: dict[str, dict[str, dict[str, Any]]] = {}
-        try:
-            runs = [(row, run) for row in noise["rows"] for run in seed_runs(folder / noise["column"], row)]
-        except PfedkitError as err:  # a noise run misfiled: no floor until it is put right
+        try:  # a noise run misfiled or unreadable: no floor until it is put right
+            for row in noise["rows"]:
+                for run in seed_runs(folder / noise["column"], row):
+                    value, _ = read_run(run, k, point)
+                    if value is None:  # never evaluated at this point (or not to its end): no result there
+                        continue
+                    by_seed.setdefault(run.name, []).append(value)
+                    configs.setdefault(run.name, {})[row] = saved_config(run)
+        except PfedkitError as err:
             return None, f"not measured: {err}", None
-        for row, run in runs:
-            value, _ = read_run(run, k, point)
-            if value is None:  # never evaluated at this point (or not to its end): no result there
-                continue
-            by_seed.setdefault(run.name, []).append(value)
-            configs.setdefault(run.name, {})[row] = saved_config(run)
         # repeats of one config: the runs of a seed are of one method and differ in the training draws (run.repeat,
         # a value each) and nothing else
         unlike = [u for seed in sorted(configs) for u in not_repeats(configs[seed])]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides, flat, merge
 from pfedkit.errors import ConfigError, DataError, PfedkitError
@@ -44,6 +44,7 @@ from pfedkit.reports.tables import (
     cell_trend,
     cost_table,
     distillation_lines,
+    diverged_runs,
     finished_runs,
     mean_curve,
     mean_of_last,
@@ -483,7 +484,21 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
     elsewhere = {p: tuple(found[p]) for p in points[1:] if found[p]}
     more = tuple(found[suite.paper_point][1:])
-    return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere, floor_point), text
+    setting = cell_setting(suite, scale)
+    return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere, floor_point, setting), text
+
+
+def cell_setting(suite: Suite, scale: str) -> Callable[[str, str], dict[str, Any]]:
+    """(column, row) -> the setting (`noise_setting`: method aside, so a row's tuned values too) the suite gives that
+    cell at `scale`: what the judged runs must have for the scale's floor to bound them."""
+    known: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def setting(column: str, row: str) -> dict[str, Any]:
+        if (column, row) not in known:
+            known[column, row] = noise_setting(suite, scale, column)(row) if column in suite.columns else {}
+        return known[column, row]
+
+    return setting
 
 
 def borrowed_differences(suite: Suite, source: Suite, scale: str) -> str:
@@ -578,7 +593,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 judgement = judge(claim, None)
                 lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
-            judged, diverged = 0, []
+            judged, diverged, ran = 0, [], set()
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
@@ -588,15 +603,21 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                     judgement = Judgement(UNSURE, claim.get("kind", "direction"), f"not judged: {err}")
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     diverged += [judgement.detail] if "diverged" in judgement.detail else []
+                    ran |= {
+                        r
+                        for c, r in claim_cells(claim)
+                        if judged_on.diverged(c, r) or finished_runs(judged_on.out / c, r)
+                    }
                     continue
                 judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
                 where = scale + (" (GPU)" if on_gpu else "")
                 verdict = f"**{judgement.verdict}**"
                 lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
-                owed += seeds_owed(suite, claim_id(suite, number, label), scale, on_gpu, judgement)
+                owed += seeds_owed(suite, claim_id(suite, number, label), scale, on_gpu, judgement, judged_on.out)
             if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
-                lines.append(line("-", "not run", "; ".join([not_run_reason(suite, claim), *diverged]), "-"))
+                reason = not_run_reason(suite, claim, ran)
+                lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged) if r]), "-"))
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
     return lines + (["", OWED_HEADING, "", *owed] if owed else [])
 
@@ -610,9 +631,12 @@ OWED_HEADING = (
 )
 
 
-def seeds_owed(suite: Suite, name: str, scale: str, on_gpu: bool, judgement: Judgement) -> list[str]:
+def seeds_owed(
+    suite: Suite, name: str, scale: str, on_gpu: bool, judgement: Judgement, out: Optional[Path] = None
+) -> list[str]:
     """The owed-seeds entry of a judged line (none when it rests on LEADING_SEEDS seeds, or is far from deciding):
-    the comparisons that decide it and the command that runs their other seeds."""
+    the comparisons that decide it and the command that runs their other seeds; where every one of those seeds has
+    ended in `out` (finished, or diverged: a result, not run again), it says there is nothing left to run."""
     decided = judgement.verdict in (HOLDS, FAILS)
     # a cannot-tell gap already past the bar is held open by rule 4 (a rising curve): rounds owed, not seeds
     short = [
@@ -630,15 +654,33 @@ def seeds_owed(suite: Suite, name: str, scale: str, on_gpu: bool, judgement: Jud
     way = f", {max(b.share or 0 for b in short):.0%} of the way" if not decided else ""
     seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
     command = suite_command(suite, columns, rows, scale, on_gpu) + seeds_to_run
-    return [f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): `{command}`"]
+    said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "
+    if out is not None:  # each cell's seeds that ended: finished, or diverged (a result, not run again)
+        cells = dict.fromkeys(cell for b in short for cell in b.cells)
+        lost = {(c, r): {d.name for d in diverged_runs(out / c, r)} for c, r in cells}
+        ended = {(c, r): lost[c, r] | {d.name for d in finished_runs(out / c, r)} for c, r in cells}
+        if all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):
+            diverged = "; ".join(f"{r} in {c} on {', '.join(sorted(lost[c, r]))}" for c, r in cells if lost[c, r])
+            return [said + f"seeds 0-{LEADING_SEEDS - 1} have all ended, nothing left to run (diverged: {diverged})"]
+    return [said + f"`{command}`"]
 
 
-def not_run_reason(suite: Suite, claim: Mapping[str, Any]) -> str:
-    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command."""
-    if "not_run" in claim:
-        return str(claim["not_run"]).replace("|", "/")
+def claim_cells(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The (column, row) cells a judged claim reads."""
     rows = claim.get("rows") or [claim.get("row"), *claim.get("over", [])]
     columns = [c for c in (claim.get("column"), claim.get("reference")) if c]
+    return [(c, r) for c in columns for r in rows if r]
+
+
+def not_run_reason(suite: Suite, claim: Mapping[str, Any], ran: Collection[str] = ()) -> str:
+    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command (rows that
+    `ran` aside: finished, or diverged, a cell's result, not run again)."""
+    if "not_run" in claim:
+        return str(claim["not_run"]).replace("|", "/")
+    rows = [r for r in claim.get("rows") or [claim.get("row"), *claim.get("over", [])] if r not in ran]
+    columns = [c for c in (claim.get("column"), claim.get("reference")) if c]
+    if not any(rows):
+        return ""
     return (
         f"no finished runs of {', '.join(r for r in rows if r)} in column {' and '.join(columns)}; "
         f"`{suite_command(suite, columns, dict.fromkeys(r for r in rows if r))}` runs them"

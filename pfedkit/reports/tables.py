@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from pfedkit.config import EvalSection, read_toml, tomllib
+from pfedkit.engine.divergence import DIVERGED
 from pfedkit.io import read_csv, read_json
 from pfedkit.records import AFTER, accuracy_column
 
@@ -47,18 +48,25 @@ def cell(values: list[float]) -> str:
     return mean_std(values, count=True) if values else "not run"
 
 
+def seed_folders(column_dir: Path, method: str) -> list[Path]:
+    """A cell's folders of one seed each, seed<N>, in seed order (a copy set aside beside them, seed0-old, is none)."""
+    folders = [d for d in (column_dir / method).glob("seed*") if SEED_FOLDER.fullmatch(d.name) and d.is_dir()]
+    return sorted(folders, key=lambda d: int(d.name.removeprefix("seed")))
+
+
 def finished_runs(column_dir: Path, method: str) -> list[Path]:
-    """Run folders of one cell that finished (have a summary), any seed, in seed order; only folders named seed<N>
-    (a copy set aside beside them, seed0-old, is no seed)."""
-    return sorted(
-        (p.parent for p in (column_dir / method).glob("seed*/summary.json") if SEED_FOLDER.fullmatch(p.parent.name)),
-        key=lambda d: int(d.name.removeprefix("seed")),
-    )
+    """Run folders of one cell that finished (have a summary), any seed, in seed order (`seed_folders`)."""
+    return [d for d in seed_folders(column_dir, method) if (d / "summary.json").is_file()]
+
+
+def diverged_runs(column_dir: Path, method: str) -> list[Path]:
+    """Run folders of one cell whose run diverged (its record beside the last checkpoint), in seed order."""
+    return [d for d in seed_folders(column_dir, method) if (d / DIVERGED).is_file()]
 
 
 def diverged_rounds(column_dir: Path, method: str) -> list[int]:
     """The rounds in which a cell's runs diverged (any seed), where they did."""
-    return [json.loads(p.read_text())["round"] for p in sorted((column_dir / method).glob("seed*/diverged.json"))]
+    return [json.loads((d / DIVERGED).read_text())["round"] for d in diverged_runs(column_dir, method)]
 
 
 def summary_of(run_dir: Path) -> dict:
@@ -89,6 +97,8 @@ def run_metrics(run_dir: Path) -> list[dict[str, str]]:
     from pfedkit.errors import PfedkitError
 
     path = run_dir / "metrics.csv"
+    if not path.is_file():
+        raise PfedkitError(f"{run_dir} has no metrics.csv: restore it, or run the run again")
     rows = read_csv(path)
     for row in rows:
         for key in ("round", "acc", "acc_after"):
