@@ -192,7 +192,7 @@ MUTANTS = {
     ),
     "M33": (
         "rule 2: a run filed under another seed's folder counted as that seed (a seed twice)",
-        '        if f"seed{stated}" != run.name:\n',
+        '        if stated is not None and f"seed{stated}" != run.name:\n',
         "        if False:\n",
     ),
     "M34": (
@@ -218,7 +218,7 @@ MUTANTS = {
     ),
     "M38": (
         "rule 1: a claimant that diverged on seeds its rival finished holds on the seeds it survived",
-        "    if verdict != HOLDS or not lost:\n",
+        "    if verdict != capped or not lost:\n",
         "    if True:\n",
     ),
     "M39": (
@@ -323,8 +323,8 @@ MUTANTS = {
     ),
     "M58": (
         "the table: a not-run line asks to run rows that finished or diverged",
-        "if r not in ran]",
-        "]",
+        "if not judged_on.diverged(c, r) and not finished_runs(judged_on.out / c, r)",
+        "if True",
         "pfedkit/experiments/reproduce.py",
     ),
     "M59": (
@@ -332,6 +332,45 @@ MUTANTS = {
         '        if all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):',
         "        if False:",
         "pfedkit/experiments/reproduce.py",
+    ),
+    "M60": (
+        "the table: a damaged file the floor reads (a noise run's summary, any run's config) stops the table",
+        "    except PfedkitError as err:\n        return Evidence(",
+        "    except ZeroDivisionError as err:\n        return Evidence(",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M61": (
+        "rule 3: a floor borrowed from a suite that borrows its own (a chain, or itself) read as if measured",
+        '        if source is suite or (source.noise and "suite" in source.noise):',
+        "        if False:",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M62": (
+        "within: columns that ran on other seeds only reported as not run",
+        "        if runs and base:  # both ran",
+        "        if False:  # both ran",
+    ),
+    "M63": (
+        "the table: a not-run line lists every row of the claim, also those that ran (the cells missing aside)",
+        "    cells = claim_cells(claim) if missing is None else list(missing)",
+        "    cells = claim_cells(claim)",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M64": (
+        "rule 2: a run without a config.toml called misfiled under seed 0 (or compared as an empty config)",
+        '            return "it has no config.toml to compare"',
+        '            return ""',
+    ),
+    "M65": (
+        "rule 1: a rival that diverged where the claimant finished leaves does not hold standing",
+        "        beaten = sorted(evidence.diverged(column, other) & set(results[first]))",
+        "        beaten = []",
+    ),
+    "M66": (
+        "suites: a claim on a row its column does not run accepted (never judged, its command runs nothing)",
+        "        elsewhere = [r for r in named_rows if runs_here is not None and r not in runs_here]",
+        "        elsewhere = []",
+        "pfedkit/experiments/suites.py",
     ),
 }
 

@@ -862,7 +862,8 @@ def test_a_claimant_that_diverged_where_its_rival_finished_holds_at_most_on_the_
     (stopped / "diverged.json").write_text("{}")
     got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
     assert got.verdict == UNSURE and "a diverged on seed2, which b finished" in got.detail
-    assert judge({**ABOVE, "rows": ["b", "a"]}, Evidence(tmp_path, 5, floor=0.1)).verdict == FAILS  # its rival's loss
+    reverse = judge({**ABOVE, "rows": ["b", "a"]}, Evidence(tmp_path, 5, floor=0.1))  # a's divergence: b's win there
+    assert reverse.verdict == UNSURE and "which b finished: does not hold only on" in reverse.detail
     number = {"kind": "number", "text": "t", "column": "col", "row": "a", "value": 58.0, "points": 1.0}
     assert judge(number, Evidence(tmp_path, 5, floor=0.1)).verdict == UNSURE
 
@@ -1084,3 +1085,104 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
     owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])).partition("Lines owed seeds")[2]
     assert "seeds 0-2 have all ended, nothing left to run (diverged: b in col on seed1, seed2)" in owed
     assert "reproduce.py toy" not in owed
+
+
+def noise_and_pair(root: Path, a: float = 0.58, b: float = 0.55) -> None:
+    """A toy suite's folder: two repeats of row n (a floor of 0.35) and rows a and b, seed 0."""
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    flat_run(root / "toy" / "col" / "a" / "seed0", a)
+    flat_run(root / "toy" / "col" / "b" / "seed0", b)
+
+
+@pytest.mark.parametrize("damaged", ["config.toml of a run no claim reads", "summary.json of a noise run"])
+def test_a_damaged_file_the_floor_reads_leaves_the_folder_without_a_floor_not_the_table_unwritten(tmp_path, damaged):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    noise_and_pair(root)
+    flat_run(root / "toy" / "col" / "c" / "seed0", 0.55)
+    if damaged.startswith("config"):
+        (root / "toy" / "col" / "c" / "seed0" / "config.toml").write_text("train = [[[\n")
+    else:
+        (root / "toy" / "col" / "n-repeat1" / "seed0" / "summary.json").write_text("{")
+    table = claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"), rows=("a", "b", "c", "n", "n-repeat1"))])
+    assert any(x.startswith("- toy: not measured: ") for x in table)
+    assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
+
+
+def test_a_floor_borrowed_from_a_suite_that_borrows_is_refused_by_name(tmp_path, monkeypatch):
+    from pfedkit.experiments import reproduce
+
+    root = tmp_path / "results"
+    flat_run(root / "other" / "col" / "a" / "seed0", 0.58)
+    flat_run(root / "other" / "col" / "b" / "seed0", 0.55)
+    monkeypatch.setitem(reproduce.SUITES, "middle", toy_suite((ABOVE,), (), name="middle", noise={"suite": "toy"}))
+    for target in ("middle", "other"):  # a chain, and the suite itself
+        borrower = toy_suite((ABOVE,), (), name="other", noise={"suite": target})
+        monkeypatch.setitem(reproduce.SUITES, "other", borrower)
+        table = reproduce.claims_table(root, [borrower])
+        assert any(f"noise.suite '{target}' must measure its own floor" in x for x in table)
+
+
+def test_a_within_claim_names_the_cell_not_run_and_columns_run_on_other_seeds_cannot_tell(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.experiments.suite import Column
+
+    root = tmp_path / "results"
+    noise_and_pair(root)
+    flat_run(root / "toy" / "ref" / "b" / "seed1", 0.55)  # b: col on seed 0, ref on seed 1; a: nothing in ref
+    claims = [
+        {"kind": "within", "text": f"{r} within", "column": "col", "row": r, "reference": "ref", "points": 1.0}
+        for r in "ab"
+    ]
+    columns = {"col": Column("col"), "ref": Column("ref")}
+    table = claims_table(root, [toy_suite(claims, ("n", "n-repeat1"), columns=columns)])
+    line = {n: next(x for x in table if x.endswith(f"`toy#{n}` |")) for n in (1, 2)}
+    assert "not run | no finished runs of a in column ref; `python benchmarks/reproduce.py toy --columns ref" in line[1]
+    assert "**cannot tell**" in line[2] and "no seed finished in both columns (col: seed0; ref: seed1)" in line[2]
+
+
+def test_a_run_without_config_is_named_so_and_not_called_misfiled(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    root = tmp_path / "results"
+    noise_and_pair(root)
+    flat_run(root / "toy" / "col" / "b" / "seed1", 0.55)
+    flat_run(root / "toy" / "col" / "a" / "seed1", 0.58)
+    (root / "toy" / "col" / "b" / "seed1" / "config.toml").unlink()  # states no seed: not misfiled, not comparable
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), root / "toy", "small", False)
+    got = judge(ABOVE, evidence)
+    assert (
+        "b seed1 is not of the setting the suite gives its cell here (it has no config.toml to compare)" in got.detail
+    )
+
+
+def test_a_rival_that_diverged_where_the_claimant_finished_leaves_does_not_hold_open(tmp_path):
+    for seed in (0, 1):
+        flat_run(tmp_path / "col" / "a" / f"seed{seed}", 0.50)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.58)
+    (tmp_path / "col" / "b" / "seed1").mkdir(parents=True)
+    (tmp_path / "col" / "b" / "seed1" / "diverged.json").write_text('{"round": 3}')
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "b diverged on seed1, which a finished: does not hold only on" in got.detail
+    margin = {"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 1.0}
+    assert judge(margin, Evidence(tmp_path, 5, floor=0.1)).verdict == UNSURE
+
+
+def test_a_suite_refuses_a_claim_on_a_row_its_column_does_not_run(tmp_path):
+    from pfedkit.errors import ConfigError
+    from pfedkit.experiments.suites import suite_from_toml
+
+    suite = {
+        "name": "toy",
+        "paper": "Toy",
+        "rows": ["a", "b"],
+        "base": {"train": {"rounds": 2}},
+        "columns": {"narrow": {"label": "narrow", "rows": ["a"]}},
+        "scales": {"small": {"about": "small"}},
+        "claims": [{"text": "t", "column": "narrow", "rows": ["a", "b"]}],
+    }
+    (tmp_path / "toy.toml").write_text(dump_toml(suite))
+    with pytest.raises(ConfigError, match="row 'b' does not run in column 'narrow'"):
+        suite_from_toml(tmp_path / "toy.toml")

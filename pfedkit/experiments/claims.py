@@ -13,7 +13,7 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 
 1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
    numbers (`paper_point`), else at each run's own. A finished run never evaluated there, or whose evaluations there
-   end before its last k rounds, gives no result: a line resting on it cannot tell, and names it.
+   end before its last k rounds, gives no result: the line names it, and a row with no other result cannot tell.
 2. Like with like: two rows are compared on the seeds both finished (folders seed<N>; a seed fixes the partition and
    the sampled clients, and its runs must state that seed: a run filed under another's leaves its lines "cannot
    tell", named), and only if their runs agree, on every one of those seeds, on every config key beyond what
@@ -39,7 +39,8 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
 pair holds, does not hold when any does not. A row with no finished run (or whose runs diverged) is not a pair: the
 line names it ("not run: ..."), and its verdict is of the rows that ran; likewise a margin's. A claimant that diverged
-on seeds its rival finished holds, at most, on the seeds it survived: cannot tell (a divergence is its worst result).
+on seeds its rival finished holds, at most, on the seeds it survived: cannot tell (a divergence is its worst result);
+likewise a rival that diverged where the claimant finished leaves "does not hold" at cannot tell.
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ class Evidence:
         """How the run differs from the setting its cell has here (its first differing key), "" if it does not."""
         if self.setting is None:
             return ""
+        if not (run / "config.toml").is_file():
+            return "it has no config.toml to compare"
         config = saved_config(run)
         for key, value in self.setting(column, row).items():
             if repr(config.get(key)) != repr(value):
@@ -205,7 +208,7 @@ def seed_runs(column_dir: Path, row: str) -> list[Path]:
     runs = finished_runs(column_dir, row)
     for run in runs:
         stated = stated_seed(run)
-        if f"seed{stated}" != run.name:
+        if stated is not None and f"seed{stated}" != run.name:
             raise PfedkitError(
                 f"{run} is filed as {run.name} but its run states seed {stated}: move it to seed{stated} (or aside, "
                 f"as {run.name}-old), or run {run.name} again"
@@ -213,12 +216,17 @@ def seed_runs(column_dir: Path, row: str) -> list[Path]:
     return runs
 
 
-def stated_seed(run: Path) -> int:
+def stated_seed(run: Path) -> Optional[int]:
+    """The seed the run states: its summary's, else its config's run.seed; None where neither says (rule 2 then
+    finds no config to compare)."""
     summary = summary_of(run)
     if "seed" in summary:
         return int(summary["seed"])
     config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
-    return int(config.get("run", {}).get("seed", RunSection.model_fields["seed"].default))
+    seed = config.get("run", {}).get("seed")
+    if seed is None and config:  # a saved config leaves nothing unstated; an older one: the default seed
+        seed = RunSection.model_fields["seed"].default
+    return None if seed is None else int(seed)
 
 
 def final_round(run: Path) -> Optional[int]:
@@ -491,13 +499,15 @@ def read_notes(
     return f"; not read: {'; '.join(notes)}" if notes else ""
 
 
-def survived_only(verdict: str, why: str, lost: Sequence[str], name: str, other: str = "") -> tuple[str, str]:
-    """A claimant that diverged on seeds its comparison finished holds, at most, on the seeds it survived: cannot
-    tell (a run that diverged is a result, the worst one)."""
-    if verdict != HOLDS or not lost:
+def survived_only(
+    verdict: str, why: str, lost: Sequence[str], name: str, other: str = "", capped: str = HOLDS
+) -> tuple[str, str]:
+    """A row that diverged on seeds its comparison finished is beaten there (a run that diverged is a result, the
+    worst one): the claimant's divergence caps "holds", its rival's "does not hold" (`capped`), at cannot tell."""
+    if verdict != capped or not lost:
         return verdict, why
     where = f", which {other} finished" if other else ""
-    return UNSURE, f"{why}, but {name} diverged on {', '.join(lost)}{where}: holds only on the seeds it survived"
+    return UNSURE, f"{why}, but {name} diverged on {', '.join(lost)}{where}: {capped} only on the seeds it survived"
 
 
 def resting_on(verdicts: Mapping[str, tuple[str, Optional[Basis]]], verdict: str) -> tuple[Basis, ...]:
@@ -545,6 +555,8 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         verdict, why, basis = judge_pair(evidence, column, point, (first, other), shared[other], excess)
         lost = sorted(evidence.diverged(column, first) & set(results[other]))
         verdict, why = survived_only(verdict, why, lost, first, other)
+        beaten = sorted(evidence.diverged(column, other) & set(results[first]))
+        verdict, why = survived_only(verdict, why, beaten, other, first, capped=FAILS)
         pairs[other] = (verdict, why, excess, basis)
     verdicts = [v for v, *_ in pairs.values()]
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
@@ -599,6 +611,8 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         excess = [ours[s] - theirs[s] - need for s in shared]
         verdict, why, basis = judge_pair(evidence, column, point, (row, other), shared, excess)
         verdict, why = survived_only(verdict, why, sorted(evidence.diverged(column, row) & set(theirs)), row, other)
+        beaten = sorted(evidence.diverged(column, other) & set(ours))
+        verdict, why = survived_only(verdict, why, beaten, other, row, capped=FAILS)
         verdicts.append(verdict)
         bases[other] = (verdict, basis)
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
@@ -618,6 +632,9 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         unread = [f"{row} in {c}: {unread_note(u)}" for c, u in ((column, runs_unread), (reference, base_unread)) if u]
         if unread:
             return Judgement(UNSURE, judges, f"not judged: {'; '.join(unread)}")
+        if runs and base:  # both ran, on other seeds: a comparison not judged, not a row left out
+            seeds = "; ".join(f"{c}: {', '.join(sorted(v))}" for c, v in ((column, runs), (reference, base)))
+            return Judgement(UNSURE, judges, f"not judged: no seed finished in both columns ({seeds})")
         return evidence.not_run(judges, column, [row], reference)
     value, ref = statistics.fmean(runs[s] for s in shared), statistics.fmean(base[s] for s in shared)
     numbers = f"{claim.get('label', column)} {value:.2f}, {reference} {ref:.2f}, {value - ref:+.2f}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from pfedkit.config import apply_overrides, flat, merge
 from pfedkit.errors import ConfigError, DataError, PfedkitError
@@ -44,7 +44,6 @@ from pfedkit.reports.tables import (
     cell_trend,
     cost_table,
     distillation_lines,
-    diverged_runs,
     finished_runs,
     mean_curve,
     mean_of_last,
@@ -446,6 +445,10 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
         if suite.noise["suite"] not in SUITES:
             raise ConfigError(f"suite {suite.name}: noise.suite {suite.noise['suite']!r} is not a suite")
         source = SUITES[suite.noise["suite"]]
+        if source is suite or (source.noise and "suite" in source.noise):
+            raise ConfigError(
+                f"suite {suite.name}: noise.suite {source.name!r} must measure its own floor (not borrow one itself)"
+            )
         folder = out.parent / (results_folder(source.name, scale) + (GPU_FOLDER_SUFFIX if on_gpu else ""))
     # rule 3: a floor is read at the point its claims are judged, the paper's and any other a claim names
     points = [suite.paper_point] + sorted(
@@ -466,7 +469,10 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
         own = sorted({own_point(run) for run in repeats})
         if len(own) > 1:
             found[None] = []
-            text = f"not used: the noise rows' runs measure at {' and '.join(own)} (one point, or set paper_point)"
+            text = (
+                f"not used for claims read at each run's own point: the noise rows' runs measure at "
+                f"{' and '.join(own)} (one point, or set paper_point)"
+            )
         floor_point = own[0] if len(own) == 1 else None
     if source is not suite:  # a borrowed floor bounds this suite's runs only if its setting is theirs
         unlike = borrowed_differences(suite, source, scale)
@@ -562,6 +568,17 @@ def evidence_folders(suite: Suite, root: Path) -> dict[str, tuple[str, bool, Pat
     return folders
 
 
+def evidence_or_why(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[Evidence, str]:
+    """`suite_evidence`, or, where a file it reads is damaged or the suite's noise is mis-stated, the runs without a
+    floor and why: one bad file leaves the folder's lines without a verdict, not the table unwritten."""
+    try:
+        return suite_evidence(suite, out, scale, on_gpu)
+    except PfedkitError as err:
+        return Evidence(out, suite.last_k or 1, suite.paper_point, setting=cell_setting(suite, scale)), (
+            f"not measured: {err}"
+        )
+
+
 def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
     """The generated table of where each paper's claims stand: one line per claim and scale whose results folder
     under `root` holds runs (`results_folder`), judged by the rules of `experiments.claims`."""
@@ -575,7 +592,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
             continue
         folders = evidence_folders(suite, root)
         evidence = {
-            label: (scale, on_gpu, *suite_evidence(suite, out, scale, on_gpu))
+            label: (scale, on_gpu, *evidence_or_why(suite, out, scale, on_gpu))
             for label, (scale, on_gpu, out) in folders.items()
             if has_runs(out)
         }
@@ -593,7 +610,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 judgement = judge(claim, None)
                 lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
-            judged, diverged, ran = 0, [], set()
+            judged, diverged, missing = 0, [], {}
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
@@ -603,20 +620,24 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                     judgement = Judgement(UNSURE, claim.get("kind", "direction"), f"not judged: {err}")
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     diverged += [judgement.detail] if "diverged" in judgement.detail else []
-                    ran |= {
-                        r
-                        for c, r in claim_cells(claim)
-                        if judged_on.diverged(c, r) or finished_runs(judged_on.out / c, r)
-                    }
+                    missing.update(  # the cells this folder has no run of (a diverged run is a result)
+                        dict.fromkeys(
+                            (c, r)
+                            for c, r in claim_cells(claim)
+                            if not judged_on.diverged(c, r) and not finished_runs(judged_on.out / c, r)
+                        )
+                    )
                     continue
                 judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
                 where = scale + (" (GPU)" if on_gpu else "")
                 verdict = f"**{judgement.verdict}**"
                 lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
-                owed += seeds_owed(suite, claim_id(suite, number, label), scale, on_gpu, judgement, judged_on.out)
+                owed += seeds_owed(
+                    suite, claim_id(suite, number, label), scale, on_gpu, judgement, judged_on, judged_on.point(claim)
+                )
             if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
-                reason = not_run_reason(suite, claim, ran)
+                reason = not_run_reason(suite, claim, list(missing) if evidence else None)
                 lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged) if r]), "-"))
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
     return lines + (["", OWED_HEADING, "", *owed] if owed else [])
@@ -632,11 +653,17 @@ OWED_HEADING = (
 
 
 def seeds_owed(
-    suite: Suite, name: str, scale: str, on_gpu: bool, judgement: Judgement, out: Optional[Path] = None
+    suite: Suite,
+    name: str,
+    scale: str,
+    on_gpu: bool,
+    judgement: Judgement,
+    evidence: Optional[Evidence] = None,
+    point: Optional[str] = None,
 ) -> list[str]:
     """The owed-seeds entry of a judged line (none when it rests on LEADING_SEEDS seeds, or is far from deciding):
     the comparisons that decide it and the command that runs their other seeds; where every one of those seeds has
-    ended in `out` (finished, or diverged: a result, not run again), it says there is nothing left to run."""
+    a result in `evidence` (read at `point`) or diverged (a result, not run again), it says nothing is left to run."""
     decided = judgement.verdict in (HOLDS, FAILS)
     # a cannot-tell gap already past the bar is held open by rule 4 (a rising curve): rounds owed, not seeds
     short = [
@@ -655,10 +682,10 @@ def seeds_owed(
     seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
     command = suite_command(suite, columns, rows, scale, on_gpu) + seeds_to_run
     said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "
-    if out is not None:  # each cell's seeds that ended: finished, or diverged (a result, not run again)
+    if evidence is not None:  # each cell's seeds that ended: read, or diverged (a result, not run again)
         cells = dict.fromkeys(cell for b in short for cell in b.cells)
-        lost = {(c, r): {d.name for d in diverged_runs(out / c, r)} for c, r in cells}
-        ended = {(c, r): lost[c, r] | {d.name for d in finished_runs(out / c, r)} for c, r in cells}
+        lost = {(c, r): evidence.diverged(c, r) for c, r in cells}
+        ended = {(c, r): lost[c, r] | set(evidence.read(c, r, point)[0]) for c, r in cells}
         if all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):
             diverged = "; ".join(f"{r} in {c} on {', '.join(sorted(lost[c, r]))}" for c, r in cells if lost[c, r])
             return [said + f"seeds 0-{LEADING_SEEDS - 1} have all ended, nothing left to run (diverged: {diverged})"]
@@ -672,18 +699,18 @@ def claim_cells(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(c, r) for c in columns for r in rows if r]
 
 
-def not_run_reason(suite: Suite, claim: Mapping[str, Any], ran: Collection[str] = ()) -> str:
-    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command (rows that
-    `ran` aside: finished, or diverged, a cell's result, not run again)."""
+def not_run_reason(suite: Suite, claim: Mapping[str, Any], missing: Optional[Sequence[tuple[str, str]]] = None) -> str:
+    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command: the
+    `missing` (column, row) cells, those a results folder has no finished or diverged run of (None: every cell)."""
     if "not_run" in claim:
         return str(claim["not_run"]).replace("|", "/")
-    rows = [r for r in claim.get("rows") or [claim.get("row"), *claim.get("over", [])] if r not in ran]
-    columns = [c for c in (claim.get("column"), claim.get("reference")) if c]
-    if not any(rows):
+    cells = claim_cells(claim) if missing is None else list(missing)
+    if not cells:
         return ""
+    rows, columns = list(dict.fromkeys(r for _, r in cells)), list(dict.fromkeys(c for c, _ in cells))
     return (
-        f"no finished runs of {', '.join(r for r in rows if r)} in column {' and '.join(columns)}; "
-        f"`{suite_command(suite, columns, dict.fromkeys(r for r in rows if r))}` runs them"
+        f"no finished runs of {', '.join(rows)} in column {' and '.join(columns)}; "
+        f"`{suite_command(suite, columns, rows)}` runs them"
     )
 
 

@@ -78,6 +78,11 @@ def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any
     outside = [r for r in named_rows if r not in rows]
     if outside:
         return f"row {outside[0]!r} is not in the suite's rows"
+    for column in named_columns:  # a column that runs some rows only: the claim's rows among them
+        runs_here = columns[column].rows
+        elsewhere = [r for r in named_rows if runs_here is not None and r not in runs_here]
+        if elsewhere:
+            return f"row {elsewhere[0]!r} does not run in column {column!r} (its rows: {', '.join(runs_here)})"
     if claim.get("point") not in (None, "start", "after-local"):
         return f'point = {claim["point"]!r}; use "start" or "after-local"'
     if kind == "above" and (len(claim["rows"]) < 2 or len(set(claim["rows"])) != len(claim["rows"])):
@@ -153,7 +158,12 @@ def suite_from_toml(path: Path) -> Suite:
         if "suite" in entry:  # measured in another suite of the same setting (checked when the floor is read)
             if set(entry) != {"suite"} or isinstance(noise, list):
                 raise ConfigError(f"{path}: noise = {{suite = ...}} borrows that suite's floor; give nothing else")
-        elif entry.get("column") not in columns or len(entry.get("rows", ())) < 2 or set(entry["rows"]) - set(rows):
+        elif (
+            entry.get("column") not in columns
+            or len(entry.get("rows", ())) < 2
+            or set(entry["rows"]) - set(rows)
+            or set(entry["rows"]) - set(columns[entry["column"]].rows or rows)  # rows the column runs
+        ):
             raise ConfigError(
                 f"{path}: noise needs a column of the suite and two or more of its rows (repeats of one "
                 "config differing only in run.repeat), a list of such (floors at several accuracies), or "
