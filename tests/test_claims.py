@@ -1186,3 +1186,19 @@ def test_a_suite_refuses_a_claim_on_a_row_its_column_does_not_run(tmp_path):
     (tmp_path / "toy.toml").write_text(dump_toml(suite))
     with pytest.raises(ConfigError, match="row 'b' does not run in column 'narrow'"):
         suite_from_toml(tmp_path / "toy.toml")
+
+
+def test_a_noise_run_that_cannot_be_read_costs_its_own_floor_only(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545), ("m", 0.80), ("m-repeat1", 0.805))):
+        flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat % 2)
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.84)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.80)
+    metrics = tmp_path / "col" / "n" / "seed0" / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("0.54\n", "nan\n", 1))
+    noise = [{"column": "col", "rows": ["n", "n-repeat1"]}, {"column": "col", "rows": ["m", "m-repeat1"]}]
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "m", "m-repeat1"), noise=noise)
+    evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
+    assert "not measured: " in text and "not a number" in text  # n's floor, named
+    assert evidence.floor is not None and judge(ABOVE, evidence).verdict == HOLDS  # m's floor still bounds a and b
