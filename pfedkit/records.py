@@ -12,6 +12,7 @@ from torch import nn
 State = dict[str, Any]  # a payload, reply or state: a flat dict of tensors and plain numbers
 
 AFTER = "_after"  # suffix of the after-local metrics (eval.point) in metrics.csv and summary.json
+DIVERGED = "diverged.json"  # in a run folder whose run went non-finite, beside its last finite checkpoint
 
 
 def accuracy_column(point: str) -> str:

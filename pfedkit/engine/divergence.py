@@ -10,8 +10,6 @@ import torch
 
 from pfedkit.errors import PfedkitError
 
-DIVERGED = "diverged.json"  # written into the run folder beside the last finite checkpoint
-
 
 def nonfinite_keys(message: Mapping[str, Any]) -> list[str]:
     """Keys of a payload, reply or state whose tensor or number is inf or NaN."""

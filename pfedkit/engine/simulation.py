@@ -18,7 +18,7 @@ from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
 from pfedkit.engine.cohort import Cohort, cohort_settings, step_mode
-from pfedkit.engine.divergence import DIVERGED, Diverged, check_finite, likely_fix, nonfinite_keys
+from pfedkit.engine.divergence import Diverged, check_finite, likely_fix, nonfinite_keys
 from pfedkit.engine.evaluation import (
     evaluated_clients,
     evaluates_after,
@@ -42,7 +42,7 @@ from pfedkit.engine.workers import Executor, Task, driver_device, make_executor
 from pfedkit.errors import PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json, remove_stale_temporaries
 from pfedkit.methods.base import Method, named_by
-from pfedkit.records import AFTER, State
+from pfedkit.records import AFTER, DIVERGED, State
 from pfedkit.registry import build_method, method_source, run_identity, with_method_values
 from pfedkit.seeding import numpy_generator
 

@@ -17,12 +17,13 @@ from typing import Any, Callable, Optional
 from pfedkit.config import Config, merge
 from pfedkit.data.federated import build_federated
 from pfedkit.engine.cohort import cohort_settings
-from pfedkit.engine.divergence import DIVERGED, Diverged
+from pfedkit.engine.divergence import Diverged
 from pfedkit.engine.store import CHECKPOINT
 from pfedkit.engine.workers import driver_device
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.runs import run_experiment
 from pfedkit.io import read_json
+from pfedkit.records import DIVERGED
 from pfedkit.registry import (
     build_config,
     continues,

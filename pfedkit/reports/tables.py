@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from pfedkit.config import EvalSection, read_toml, tomllib
-from pfedkit.engine.divergence import DIVERGED
 from pfedkit.io import read_csv, read_json
-from pfedkit.records import AFTER, accuracy_column
+from pfedkit.records import AFTER, DIVERGED, accuracy_column
 
 # A cell's curve (the mean over its seeds) is "rising" when the mean of its last fifth of evaluations is above the
 # mean of the fifth before by more than RISE_POINTS, or, where those fifths' centres are under PER_ROUNDS rounds apart,
