@@ -108,6 +108,8 @@ class Evidence:
     floor_point: Optional[str] = None
     # (column, row) -> the setting its runs must have (flat keys), the one the floor was measured at; None: unchecked
     setting: Optional[Callable[[str, str], Mapping[str, Any]]] = None
+    # (column, row, point) -> `read`'s answer: a table reads each cell for several claims and pairs, its runs unchanged
+    known: dict = field(default_factory=dict, compare=False, repr=False)
 
     def floor_for(
         self, accuracies: Sequence[float], point: Optional[str], read_at: Sequence[str] = ()
@@ -147,6 +149,8 @@ class Evidence:
     def read(self, column: str, row: str, point: Optional[str]) -> tuple[dict[str, float], dict[str, str]]:
         """(seed -> the run's mean accuracy (%) over its last k rounds, seed -> why a finished run has no result at
         `point`: it never evaluated there, or its evaluations there stop short of its last rounds)."""
+        if (column, row, point) in self.known:
+            return self.known[column, row, point]
         values, unread = {}, {}
         for run in seed_runs(self.out / column, row):
             value, why = read_run(run, self.k, point)
@@ -157,6 +161,7 @@ class Evidence:
                 unread[run.name] = why
             else:
                 values[run.name] = value
+        self.known[column, row, point] = values, unread
         return values, unread
 
     def off_setting(self, column: str, row: str, run: Path) -> str:
@@ -229,12 +234,6 @@ def stated_seed(run: Path) -> Optional[int]:
     return None if seed is None else int(seed)
 
 
-def final_round(run: Path) -> Optional[int]:
-    """The rounds the run finished (summary.json, else its config's train.rounds)."""
-    rounds = summary_of(run).get("rounds")
-    return rounds if isinstance(rounds, int) else configured_rounds(run)
-
-
 def configured_rounds(run: Path) -> Optional[int]:
     config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
     return config.get("train", {}).get("rounds")
@@ -248,7 +247,9 @@ def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], 
     at = f" at {point}" if point else ""
     if not curve:
         return None, f"finished, but never evaluated{at}"
-    final, configured = final_round(run), configured_rounds(run)
+    configured = configured_rounds(run)
+    final = summary_of(run).get("rounds")  # the rounds it finished, else (an older summary) those it was set to run
+    final = final if isinstance(final, int) else configured
     if configured is not None and final != configured:  # a run carried on (config rewritten) and not yet finished
         return None, f"its summary says {final} rounds but its config.toml {configured}: let it finish, or restore it"
     if final is not None and curve[-1][0] < final - max(k - 1, 1):
