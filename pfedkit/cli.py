@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -422,6 +423,13 @@ def pretrain(
 @click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
 @click.option("--columns", default=None, help="comma-separated columns to run")
 @click.option("--workers", default=None, type=int, help="worker processes; 0 = one per core")
+@click.option(
+    "--threads",
+    default=None,
+    type=click.IntRange(min=1),
+    help="torch CPU threads of the suite's own process (default: the suite's `threads`, else torch's); 1 when "
+    "another training shares the cores (spinning threads on busy cores slow a round several times over)",
+)
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--table-only", is_flag=True, help="write the table from the finished runs in --out, train nothing")
@@ -465,6 +473,7 @@ def reproduce(
     rows: Optional[str],
     columns: Optional[str],
     workers: Optional[int],
+    threads: Optional[int],
     overrides: tuple[str, ...],
     root: Optional[str],
     table_only: bool,
@@ -509,8 +518,9 @@ def reproduce(
         return
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
     folder = Path(out) if out else Path("runs") / "reproduce" / results_folder(suite, scale)
+    chosen = SUITES[suite] if threads is None else dataclasses.replace(SUITES[suite], threads=threads)
     table = run_suite(
-        SUITES[suite],
+        chosen,
         scale=scale,
         seeds=seeds,
         out=folder,

@@ -345,6 +345,17 @@ def test_reproduce_takes_any_scale_a_suite_defines_and_names_them_for_one_it_doe
     assert "long: ~12 s/round" in listed
 
 
+def test_reproduce_threads_replace_the_suites_own_for_that_run_only(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(reproduce, "run_suite", lambda suite, **kwargs: seen.append(suite.threads) or "")
+    for extra in ([], ["--threads", "1"]):
+        result = CliRunner().invoke(main, ["reproduce", "heart-cifar100", "--out", str(tmp_path), *extra])
+        assert result.exit_code == 0, result.output
+    assert seen == [SUITES["heart-cifar100"].threads, 1] and SUITES["heart-cifar100"].threads == 2
+    refused = CliRunner().invoke(main, ["reproduce", "heart-cifar100", "--threads", "0", "--out", str(tmp_path)])
+    assert refused.exit_code != 0 and "--threads" in refused.output and len(seen) == 2
+
+
 def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
     from pfedkit.experiments.claims import Evidence, check_claims
 

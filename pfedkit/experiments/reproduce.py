@@ -37,7 +37,7 @@ from pfedkit.experiments.pipeline import (
     run_folder,
 )
 from pfedkit.experiments.suite import Suite
-from pfedkit.experiments.suites import SUITES
+from pfedkit.experiments.suites import SUITES, claim_rows
 from pfedkit.io import atomic_write_csv, atomic_write_text
 from pfedkit.reports.tables import (
     TREND_NOTE,
@@ -82,14 +82,13 @@ def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "smal
     table's rule 2 judges runs (`claims.unlike_runs`), here on the cells' configs before anything runs."""
     from pfedkit.registry import with_method_values
 
-    rows = claim.get("rows") or ([claim["row"], *claim["over"]] if "over" in claim else [])
     configs = {
         r: flat(
             with_method_values(
                 method_config(cell_config(suite, scale, claim["column"], r), suite.method_of(r), 0)
             ).to_dict()
         )
-        for r in rows
+        for r in claim_rows(claim)
     }
     return unlike_runs(configs, tuple(claim.get("differ_in", ())))
 
@@ -694,9 +693,8 @@ def seeds_owed(
 
 def claim_cells(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The (column, row) cells a judged claim reads."""
-    rows = claim.get("rows") or [claim.get("row"), *claim.get("over", [])]
     columns = [c for c in (claim.get("column"), claim.get("reference")) if c]
-    return [(c, r) for c in columns for r in rows if r]
+    return [(c, r) for c in columns for r in claim_rows(claim)]
 
 
 def not_run_reason(suite: Suite, claim: Mapping[str, Any], missing: Optional[Sequence[tuple[str, str]]] = None) -> str:

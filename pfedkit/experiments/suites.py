@@ -64,6 +64,12 @@ CLAIM_NEEDS = {  # the keys without which a kind cannot be judged
 }
 
 
+def claim_rows(claim: Mapping[str, Any]) -> list[str]:
+    """The rows a claim names, each once, claimant first: an "above" claim's `rows`, else `row` and its `over`."""
+    named = [*claim.get("rows", ()), *([claim["row"]] if "row" in claim else []), *claim.get("over", ())]
+    return list(dict.fromkeys(named))
+
+
 def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any], rows: Sequence[str]) -> str:
     """What makes a claim unjudgeable or vacuous (a row outside the suite, a pair of a row with itself, a margin of
     no points), with the fix; "" if nothing."""
@@ -74,7 +80,7 @@ def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any
     unknown = [c for c in named_columns if c not in columns]
     if unknown:
         return f"column {unknown[0]!r} is not one of the suite's columns ({', '.join(columns)})"
-    named_rows = [*claim.get("rows", ()), *([claim["row"]] if "row" in claim else []), *claim.get("over", ())]
+    named_rows = claim_rows(claim)
     outside = [r for r in named_rows if r not in rows]
     if outside:
         return f"row {outside[0]!r} is not in the suite's rows"
