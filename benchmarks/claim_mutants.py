@@ -253,8 +253,8 @@ MUTANTS = {
     ),
     "M45": (
         "rule 3: a borrowed floor bounds a suite of another setting",
-        "        unlike = borrowed_differences(suite, source, scale)\n",
-        '        unlike = ""\n',
+        '    unlike = borrowed_differences(suite, source, scale) if source is not suite else ""\n',
+        '    unlike = ""\n',
         "pfedkit/experiments/reproduce.py",
     ),
     "M46": (
@@ -265,9 +265,8 @@ MUTANTS = {
     ),
     "M47": (
         "the table: one misfiled or unreadable run stops every line (no per-claim error line)",
-        "                except PfedkitError as err:  # a run misfiled",
-        "                except ZeroDivisionError as err:  # a run misfiled",
-        "pfedkit/experiments/reproduce.py",
+        "    except PfedkitError as err:\n        return Judgement(UNSURE,",
+        "    except ZeroDivisionError as err:\n        return Judgement(UNSURE,",
     ),
     "M48": (
         "suites: a claim that judges nothing (a row against itself, a margin of 0, a row outside the suite) accepted",
@@ -370,6 +369,59 @@ MUTANTS = {
         "suites: a claim on a row its column does not run accepted (never judged, its command runs nothing)",
         "        elsewhere = [r for r in named_rows if runs_here is not None and r not in runs_here]",
         "        elsewhere = []",
+        "pfedkit/experiments/suites.py",
+    ),
+    "M67": (
+        "rule 3: a noise repeat that diverged dropped, the floor taken from the repeats that survived",
+        '        lost = [f"{row} on {run.name}" for row in noise["rows"] for run in diverged_runs('
+        'folder / noise["column"], row)]',
+        "        lost = []",
+    ),
+    "M68": (
+        "rule 2: a run of another method in a row's folder taken as that row's result (and as a noise repeat)",
+        '            "method.name": suite.method_of(row),\n',
+        "",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M69": (
+        "a floor borrowed at a scale its source lacks measured anyway (the claims table crashed)",
+        "    entries = [] if unlike else noise_entries(source.noise)",
+        "    entries = noise_entries(source.noise)",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M70": (
+        "a suite's own table.md not written when a noise run is misfiled",
+        "        evidence, floor_text = evidence_or_why(suite, out, scale, on_gpu)",
+        "        evidence, floor_text = suite_evidence(suite, out, scale, on_gpu)",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M71": (
+        "a summary.json that is not an object read (a TypeError stopped the table)",
+        "    if not isinstance(summary, dict):",
+        "    if False:",
+        "pfedkit/reports/tables.py",
+    ),
+    "M72": (
+        "a metrics.csv row without a whole round read (a ValueError stopped the table, 2.5 read as round 2)",
+        '                if key == "round" and (value in (None, "") or not float(value).is_integer()):',
+        "                if False:",
+        "pfedkit/reports/tables.py",
+    ),
+    "M73": (
+        "rule 2: a summary's seed that is not a whole number read (a ValueError stopped the table)",
+        '        if type(summary["seed"]) is not int:  # a seed is a whole number (not a bool, a string, a float)',
+        "        if False:",
+    ),
+    "M74": (
+        "suites: claim values of the wrong type accepted (a number as a string, one row where a list goes)",
+        "    mistyped = value_problem(claim)",
+        '    mistyped = ""',
+        "pfedkit/experiments/suites.py",
+    ),
+    "M75": (
+        "suites: a count claim on a model not built here accepted (its line then says only not judged)",
+        '        if claim["model"] not in MODEL_NAMES:',
+        "        if False:",
         "pfedkit/experiments/suites.py",
     ),
 }

@@ -25,6 +25,7 @@ from pfedkit.experiments.claims import (
     measured_floor,
     read_run,
     resting_on,
+    seed_runs,
     share_of_bar,
 )
 from pfedkit.io import atomic_write_csv
@@ -418,7 +419,11 @@ def toy_suite(claims, noise_rows, **more):
         claims=tuple(claims),
         noise={"column": "col", "rows": list(noise_rows)},
     )
-    return Suite(**{**fields, **more})
+    fields = {**fields, **more}
+    # every toy run states no method, so runs the default one: each row's method (a run of another is not the row's)
+    changes = dict(fields.get("row_changes", {}))
+    fields["row_changes"] = {r: {"method": {"name": "fedavg"}, **changes.get(r, {})} for r in fields["rows"]}
+    return Suite(**fields)
 
 
 def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(tmp_path):
@@ -457,30 +462,13 @@ def test_a_parameter_count_is_matched_at_the_precision_the_paper_gives_it():
 
 def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_folder_is_called(tmp_path, monkeypatch):
     from pfedkit.experiments import reproduce
-    from pfedkit.experiments.suite import Column, Scale, Suite
+    from pfedkit.experiments.suite import Scale
 
     scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
     noise_rows = ("n", "n-repeat1")
-    source = Suite(
-        name="src",
-        paper="Source paper",
-        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
-        columns={"col": Column("col")},
-        rows=noise_rows,
-        scales=scales,
-        noise={"column": "col", "rows": list(noise_rows)},
-    )
+    source = toy_suite((), noise_rows, name="src", rows=noise_rows, scales=scales)
     monkeypatch.setitem(reproduce.SUITES, "src", source)
-    borrower = Suite(
-        name="toy",
-        paper="Toy paper",
-        base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
-        columns={"col": Column("col")},
-        rows=("a", "b"),
-        scales=scales,
-        claims=(ABOVE,),
-        noise={"suite": "src"},
-    )
+    borrower = toy_suite((ABOVE,), (), scales=scales, noise={"suite": "src"})
     spreads = {"src": 0.01, "src_long": 0.02, "src_gpu": 0.03, "src_long_gpu": 0.04}  # each folder its own floor
     for folder, spread in spreads.items():
         device = {"run": {"device": "cuda"}} if folder.endswith("_gpu") else {}
@@ -744,7 +732,9 @@ def test_rule_2_a_seed_folder_holds_its_seed_and_only_seed_folders_are_seeds(tmp
     flat_run(tmp_path / "col" / "a" / "seed1", 0.60, config=seed(1))
     flat_run(tmp_path / "col" / "b" / "seed1", 0.50, config=seed(0))  # seed 0's run filed as seed 1: another partition
     with pytest.raises(PfedkitError, match="filed as seed1 but its run states seed 0: move it to seed0"):
-        judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))  # counted as seed 1 it would be seed 0 twice
+        seed_runs(tmp_path / "col", "b")  # counted as seed 1 it would be seed 0 twice
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))  # the line cannot tell, naming it; the table stands
+    assert got.verdict == UNSURE and "not judged: " in got.detail and "move it to seed0" in got.detail
     flat_run(tmp_path / "col" / "b" / "seed0-old", 0.40, config=seed(0))  # set aside beside the seeds: no seed
     assert [d.name for d in finished_runs(tmp_path / "col", "b")] == ["seed1"]
 
@@ -945,6 +935,53 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
         ({"kind": "number", "text": "t", "column": "col", "row": "a", "value": 50, "points": -1}, "points = -1"),
         ({"kind": "number", "text": "t", "column": "col", "row": "a", "points": 1}, "needs value"),
         ({"text": "t", "column": "col", "rows": ["a", "b"], "point": "end"}, "point = 'end'"),
+        ({"kind": "number", "text": "t", "column": "col", "row": "a", "value": "58", "points": 1}, "value = '58'; it"),
+        (
+            {"kind": "within", "text": "t", "column": "col", "row": "a", "reference": "other", "points": "0.5"},
+            "points = '0.5'; it must be a number",
+        ),
+        ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": True}, "at_least = T"),
+        ({"text": "t", "column": "col", "rows": ["a", "b"], "differ_in": "train.lr"}, "must be a list of strings"),
+        ({"text": "t", "column": "col", "rows": "ab"}, "rows = 'ab'; it must be a list of strings"),
+        ({"text": 5, "column": "col", "rows": ["a", "b"]}, "text = 5; it must be a string"),
+        (
+            {
+                "kind": "count",
+                "text": "t",
+                "model": "cnnn",
+                "input_shape": [1, 28, 28],
+                "num_classes": 10,
+                "millions": 1,
+            },
+            "model 'cnnn' is not one built here",
+        ),
+        (
+            {
+                "kind": "count",
+                "text": "t",
+                "model": "mlp",
+                "options": {"widht": 3},
+                "input_shape": [1, 28, 28],
+                "num_classes": 10,
+                "millions": 1,
+            },
+            "model 'mlp' has no option 'widht'",
+        ),  # fmt: skip
+        (
+            {"kind": "count", "text": "t", "model": "mlp", "input_shape": [28, 28], "num_classes": 10, "millions": 1},
+            "input_shape = [28, 28]; it must be three positive integers",
+        ),
+        (
+            {
+                "kind": "count",
+                "text": "t",
+                "model": "mlp",
+                "input_shape": [1, 28, 28],
+                "num_classes": 10,
+                "millions": "many",
+            },
+            "millions = 'many'; it must be a number",
+        ),  # fmt: skip
     ],
 )
 def test_a_suite_refuses_a_claim_it_could_not_judge_or_that_judges_nothing(tmp_path, claim, problem):
@@ -1202,3 +1239,100 @@ def test_a_noise_run_that_cannot_be_read_costs_its_own_floor_only(tmp_path):
     evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
     assert "not measured: " in text and "not a number" in text  # n's floor, named
     assert evidence.floor is not None and judge(ABOVE, evidence).verdict == HOLDS  # m's floor still bounds a and b
+
+
+def test_rule_3_a_noise_repeat_that_diverged_leaves_no_floor_from_the_repeats_that_survived(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    noise_and_pair(root, a=0.56, b=0.54)  # +2 points: beyond 2 standard errors of the two survivors' 0.35
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "n-repeat2"))
+    assert "**holds**" in next(x for x in claims_table(root, [suite]) if x.endswith("`toy#1` |"))
+    lost = root / "toy" / "col" / "n-repeat2" / "seed0"  # the third draw diverged: the spread is at least its loss
+    lost.mkdir(parents=True)
+    (lost / "diverged.json").write_text("{}")
+    floor, text, _ = measured_floor(suite.noise, [root / "toy"], 1, None)
+    assert floor is None and "a noise row's run diverged (n-repeat2 on seed0)" in text
+    table = claims_table(root, [suite])
+    assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
+
+
+def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    root = tmp_path / "results"
+    noise_and_pair(root)
+    suite = toy_suite((ABOVE, {"kind": "number", "text": "a at 58", "column": "col", "row": "a", "value": 58.0,
+                               "points": 1}), ("n", "n-repeat1"))  # fmt: skip
+    evidence, _ = reproduce.suite_evidence(suite, root / "toy", "small", False)
+    assert judge(ABOVE, evidence).verdict == HOLDS
+    impostor = root / "toy" / "col" / "a" / "seed0"  # a FedPer run left in row a's folder (which runs fedavg)
+    shutil.rmtree(impostor)
+    flat_run(impostor, 0.58, config={**BASE, "method": {"name": "fedper"}})
+    evidence, _ = reproduce.suite_evidence(suite, root / "toy", "small", False)
+    for claim in suite.claims:
+        got = judge(claim, evidence)
+        assert got.verdict in (UNSURE, NOT_RUN) and "method.name 'fedper', the cell's 'fedavg'" in got.detail, got
+    # nor is a noise row's run of another method a repeat of its row
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        shutil.rmtree(root / "toy" / "col" / row / "seed0")
+        fedper = {**BASE, "method": {"name": "fedper"}}
+        flat_run(root / "toy" / "col" / row / "seed0", 0.54 + 0.005 * repeat, config=fedper, repeat=repeat)
+    evidence, text = reproduce.suite_evidence(suite, root / "toy", "small", False)
+    assert evidence.floor is None and "method.name 'fedper'" in text
+
+
+def test_a_floor_borrowed_at_a_scale_its_source_lacks_is_named_not_a_crash(tmp_path, monkeypatch):
+    from pfedkit.experiments import reproduce
+    from pfedkit.experiments.suite import Scale
+
+    monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1")))
+    scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
+    borrower = toy_suite((ABOVE,), (), scales=scales, noise={"suite": "src"})
+    flat_run(tmp_path / "toy_long" / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "toy_long" / "col" / "b" / "seed0", 0.50)
+    evidence, text = reproduce.suite_evidence(borrower, tmp_path / "toy_long", "long", False)
+    assert evidence.floor is None and "not used: suite src's floor is of another setting (it has no long scale)" in text
+    table = reproduce.claims_table(tmp_path, [borrower])
+    assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1/long` |"))
+
+
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (lambda run: (run / "metrics.csv").write_text("round,acc\n0,0.5\n,0.5\n"), "round '' in the row"),
+        (lambda run: (run / "metrics.csv").write_text("round,acc\n0,0.5\n0.5,0.5\n"), "not a whole number"),
+        (lambda run: (run / "summary.json").write_text("null"), "(a NoneType, not an object)"),
+        (lambda run: (run / "summary.json").write_text('{"seed": "0-old"}'), "states seed '0-old', not a whole"),
+    ],
+)
+def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, named):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    noise_and_pair(root)
+    flat_run(root / "toy" / "col" / "c" / "seed0", 0.58)
+    flat_run(root / "toy" / "col" / "d" / "seed0", 0.50)
+    claims = [ABOVE, {"text": "c above d", "column": "col", "rows": ["c", "d"]}]
+    suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "d", "n", "n-repeat1"))
+    damage(root / "toy" / "col" / "d" / "seed0")
+    table = claims_table(root, [suite])
+    assert "**holds**" in next(x for x in table if x.endswith("`toy#1` |"))
+    line = next(x for x in table if x.endswith("`toy#2` |"))
+    assert "**cannot tell**" in line and "not judged: " in line and named in line
+
+
+def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tmp_path):
+    from pfedkit.experiments.reproduce import write_suite_outputs
+
+    noise_and_pair(tmp_path)
+    flat_run(tmp_path / "toy" / "col" / "c" / "seed1", 0.58, config={**BASE, "run": {"seed": 0}})  # seed 0's run
+    claims = [ABOVE, {"text": "c above b", "column": "col", "rows": ["c", "b"]}]
+    suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "n", "n-repeat1"))
+    table = write_suite_outputs(suite, tmp_path / "toy", {}, "small")
+    assert (tmp_path / "toy" / "table.md").read_text() == table
+    assert "- a above b: holds" in table
+    assert "- c above b: cannot tell (not judged: " in table and "filed as seed1 but its run states seed 0" in table
+    flat_run(tmp_path / "toy" / "col" / "n" / "seed1", 0.54, config={**BASE, "run": {"seed": 0}})  # a noise run too
+    table = write_suite_outputs(suite, tmp_path / "toy", {}, "small")
+    assert "Noise floor: not measured: " in table and "- a above b: cannot tell" in table

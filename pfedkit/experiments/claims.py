@@ -22,14 +22,16 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    may differ in what the columns change).
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
-   a run.repeat each and nothing else different), measured at the claim's scale (its runs as the suite sets them
-   there, every setting key, defaults included, and the judged runs likewise at their cells'; a suite's floor bounds
-   all its columns, which differ only in what the columns change, while a borrowed floor bounds only columns of its
-   setting), device and evaluation point (runs read at their own points: where the floor's runs were read): each
-   compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a pair the root mean
-   square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite result; repeats that
-   gave one result (a spread of 0) are no floor. A gap within two standard errors of its boundary, or exactly on
-   them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
+   a run.repeat each and nothing else different; one that diverged: no floor), measured at the claim's scale (its
+   runs as the suite sets them there, every setting key, defaults included, and the judged runs likewise at their
+   cells' and of their rows' methods; a floor bounds every row near its accuracy, whatever the row's own changes; a
+   suite's floor bounds all its columns, which differ only in what the columns change, while a borrowed floor bounds
+   only columns of its setting), device and evaluation point (runs read at their own points: where the floor's runs
+   were read): each compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a
+   pair the root mean square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite
+   result; repeats that gave one result (a spread of 0) are no floor. A gap within two standard errors of its
+   boundary, or exactly on them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not
+   their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster per
    round than the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's
    curve still rises at all (but away from a number it already fails); for "within", while either curve rises faster
@@ -106,7 +108,8 @@ class Evidence:
     floors_at_points: Mapping[str, tuple[tuple[float, Optional[float]], ...]] = field(default_factory=dict)
     # without a paper_point each run is read at its own point: the one the floor's runs were read at (None: unknown)
     floor_point: Optional[str] = None
-    # (column, row) -> the setting its runs must have (flat keys), the one the floor was measured at; None: unchecked
+    # (column, row) -> the setting its runs must have (flat keys: the scale's and column's, the row's method's name)
+    # for the floor measured at that scale to bound them; None: unchecked
     setting: Optional[Callable[[str, str], Mapping[str, Any]]] = None
     # (column, row, point) -> `read`'s answer: a table reads each cell for several claims and pairs, its runs unchanged
     known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -226,7 +229,12 @@ def stated_seed(run: Path) -> Optional[int]:
     finds no config to compare)."""
     summary = summary_of(run)
     if "seed" in summary:
-        return int(summary["seed"])
+        if type(summary["seed"]) is not int:  # a seed is a whole number (not a bool, a string, a float)
+            raise PfedkitError(
+                f"{run / 'summary.json'} states seed {summary['seed']!r}, not a whole number: the file is damaged; "
+                "restore it, or run the run again"
+            )
+        return summary["seed"]
     config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
     seed = config.get("run", {}).get("seed")
     if seed is None and config:  # a saved config leaves nothing unstated; an older one: the default seed
@@ -757,9 +765,14 @@ KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
 
 
 def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """The claim's verdict; where a run it reads is misfiled or damaged, "cannot tell" naming it (the other claims
+    stand)."""
     if "not_run" in claim:  # stated for the record: nothing here can judge it (its line says why)
         return Judgement(NOT_RUN, "-", str(claim["not_run"]))
-    return KINDS[claim.get("kind", "above")](claim, evidence)
+    try:
+        return KINDS[claim.get("kind", "above")](claim, evidence)
+    except PfedkitError as err:
+        return Judgement(UNSURE, claim.get("kind", "direction"), f"not judged: {err}")
 
 
 def check_claims(claims: Sequence[Mapping[str, Any]], evidence: Evidence) -> list[str]:
@@ -795,6 +808,9 @@ def measured_floor(
     for folder in folders:
         by_seed: dict[str, list[float]] = {}
         configs: dict[str, dict[str, dict[str, Any]]] = {}
+        lost = [f"{row} on {run.name}" for row in noise["rows"] for run in diverged_runs(folder / noise["column"], row)]
+        if lost:  # the repeats that survived understate the spread: a divergence is a draw's worst result
+            return None, f"not measured: a noise row's run diverged ({lost[0]}); run it again, or name other rows", None
         try:  # a noise run misfiled or unreadable: no floor until it is put right
             for row in noise["rows"]:
                 for run in seed_runs(folder / noise["column"], row):

@@ -376,7 +376,7 @@ def write_suite_outputs(suite: Suite, out: Path, missing: Mapping[str, str], sca
     lines += tuned_lines(out) + copied_lines(out, REUSED) + copied_lines(out, CONTINUED) + distillation_lines(out)
     if suite.claims:
         on_gpu = any(device != "cpu" for device in run_devices(finished))  # a GPU's runs: a GPU's floor
-        evidence, floor_text = suite_evidence(suite, out, scale, on_gpu)
+        evidence, floor_text = evidence_or_why(suite, out, scale, on_gpu)  # a damaged run: its lines cannot tell
         lines += ["", f"The paper's claims on these runs (the rules: {CLAIM_RULES}). Noise floor: {floor_text}.", ""]
         for claim, line in zip(suite.claims, check_claims(suite.claims, evidence)):
             unlike = claim_differences(suite, claim, scale)  # a claim is only as good as the likeness of its rows
@@ -453,7 +453,8 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
     points = [suite.paper_point] + sorted(
         {c["point"] for c in suite.claims if c.get("point", suite.paper_point) != suite.paper_point}
     )
-    entries = noise_entries(source.noise)
+    unlike = borrowed_differences(suite, source, scale) if source is not suite else ""
+    entries = [] if unlike else noise_entries(source.noise)  # a floor of another setting (or scale) is not read
     measured = {
         p: [measured_floor(n, [folder], k, p, noise_setting(source, scale, n["column"])) for n in entries]
         for p in points
@@ -473,11 +474,9 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
                 f"{' and '.join(own)} (one point, or set paper_point)"
             )
         floor_point = own[0] if len(own) == 1 else None
-    if source is not suite:  # a borrowed floor bounds this suite's runs only if its setting is theirs
-        unlike = borrowed_differences(suite, source, scale)
-        if unlike:
-            found = {p: [] for p in points}
-            text = f"not used: suite {source.name}'s floor is of another setting ({unlike})"
+    if unlike:  # a borrowed floor bounds this suite's runs only if its setting is theirs
+        found = {p: [] for p in points}
+        text = f"not used: suite {source.name}'s floor is of another setting ({unlike})"
     for runs, name in ((judged, out.name), (repeats, folder.name)):  # a floor bounds the runs of its own device only
         devices = run_devices(runs)
         if any((device == "cpu") == on_gpu for device in devices):
@@ -494,8 +493,8 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
 
 
 def cell_setting(suite: Suite, scale: str) -> Callable[[str, str], dict[str, Any]]:
-    """(column, row) -> the setting (`noise_setting`: method aside, so a row's tuned values too) the suite gives that
-    cell at `scale`: what the judged runs must have for the scale's floor to bound them."""
+    """(column, row) -> the setting (`noise_setting`: the method's name, its values aside, so a row's tuned values
+    too) the suite gives that cell at `scale`: what the judged runs must have for the scale's floor to bound them."""
     known: dict[tuple[str, str], dict[str, Any]] = {}
 
     def setting(column: str, row: str) -> dict[str, Any]:
@@ -516,7 +515,7 @@ def borrowed_differences(suite: Suite, source: Suite, scale: str) -> str:
         theirs = noise_setting(source, scale, noise["column"])(row)
         for column in suite.columns:
             ours = noise_setting(suite, scale, column)(row)
-            for key in sorted(set(ours) | set(theirs)):
+            for key in sorted((set(ours) | set(theirs)) - {"method.name"}):  # of their row, not one of ours
                 if repr(ours.get(key)) != repr(theirs.get(key)):
                     return f"{key} {ours.get(key)!r} in column {column}, {theirs.get(key)!r} in its {noise['column']}"
     return ""
@@ -527,7 +526,8 @@ SETTING_SECTIONS = ("train", "data", "partition", "model", "eval")  # what a sca
 
 def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict[str, Any]]:
     """row -> the setting a noise row's run must have to bound this scale's runs: its cell at `scale` in `column`, as
-    flat keys of SETTING_SECTIONS, every one stated (where runs are kept aside)."""
+    flat keys of SETTING_SECTIONS, every one stated (where runs are kept aside), and the method the row runs (a run
+    of another method in its folder is not that row's result)."""
     from pfedkit.config import PLACEMENT_KEYS, parse_config
 
     def expected(row: str) -> dict[str, Any]:
@@ -536,9 +536,12 @@ def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict
         # run made under another default is of another setting
         stated = flat(parse_config(raw).to_dict())
         return {
-            key: value
-            for key, value in stated.items()
-            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS
+            **{
+                key: value
+                for key, value in stated.items()
+                if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS
+            },
+            "method.name": suite.method_of(row),
         }
 
     return expected
@@ -613,10 +616,7 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
-                try:
-                    judgement = judge(claim, judged_on)
-                except PfedkitError as err:  # a run misfiled or unreadable: this line cannot tell, the rest stand
-                    judgement = Judgement(UNSURE, claim.get("kind", "direction"), f"not judged: {err}")
+                judgement = judge(claim, judged_on)  # a run misfiled or unreadable: this line cannot tell
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     diverged += [judgement.detail] if "diverged" in judgement.detail else []
                     missing.update(  # the cells this folder has no run of (a diverged run is a result)

@@ -70,12 +70,63 @@ def claim_rows(claim: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(named))
 
 
+CLAIM_NUMBERS = ("points", "at_least", "value", "num_classes")
+CLAIM_NAMES = ("text", "column", "row", "reference", "point", "label", "model", "not_run")
+CLAIM_NAME_LISTS = ("rows", "over", "differ_in")
+
+
+def value_problem(claim: Mapping[str, Any]) -> str:
+    """A claim value of the wrong type (a number written as a string, one row where a list goes), named; "" if none."""
+    for key in CLAIM_NUMBERS:
+        if key in claim and (isinstance(claim[key], bool) or not isinstance(claim[key], (int, float))):
+            return f"{key} = {claim[key]!r}; it must be a number (unquoted)"
+    for key in CLAIM_NAMES:
+        if key in claim and not isinstance(claim[key], str):
+            return f"{key} = {claim[key]!r}; it must be a string"
+    for key in CLAIM_NAME_LISTS:
+        if key in claim and (
+            not isinstance(claim[key], (list, tuple)) or not all(isinstance(v, str) for v in claim[key])
+        ):
+            return f"{key} = {claim[key]!r}; it must be a list of strings, e.g. [{claim[key]!r}]"
+    if "millions" in claim and (isinstance(claim["millions"], bool) or not is_number(claim["millions"])):
+        return f'millions = {claim["millions"]!r}; it must be a number (a string keeps its trailing zeros: "0.120")'
+    if "options" in claim and not isinstance(claim["options"], Mapping):
+        return f"options = {claim['options']!r}; it must be a table of model options"
+    if "input_shape" in claim and not (
+        isinstance(claim["input_shape"], (list, tuple))
+        and len(claim["input_shape"]) == 3
+        and all(type(v) is int and v > 0 for v in claim["input_shape"])
+    ):
+        return f"input_shape = {claim['input_shape']!r}; it must be three positive integers (C, H, W)"
+    return ""
+
+
+def is_number(value: Any) -> bool:
+    """A number, or a string that reads as one."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any], rows: Sequence[str]) -> str:
     """What makes a claim unjudgeable or vacuous (a row outside the suite, a pair of a row with itself, a margin of
     no points), with the fix; "" if nothing."""
     missing = [key for key in CLAIM_NEEDS[kind] if key not in claim]
     if missing:
         return f"a {kind} claim needs {', '.join(missing)}"
+    mistyped = value_problem(claim)
+    if mistyped:
+        return mistyped
+    if kind == "count":
+        from pfedkit.models import MODEL_NAMES, model_options
+
+        if claim["model"] not in MODEL_NAMES:
+            return f"model {claim['model']!r} is not one built here ({', '.join(MODEL_NAMES)})"
+        unknown = sorted(set(claim.get("options", {})) - set(model_options(claim["model"])))
+        if unknown:
+            return f"model {claim['model']!r} has no option {unknown[0]!r}"
     named_columns = [claim[key] for key in ("column", "reference") if key in claim]
     unknown = [c for c in named_columns if c not in columns]
     if unknown:

@@ -69,14 +69,24 @@ def diverged_rounds(column_dir: Path, method: str) -> list[int]:
 
 
 def summary_of(run_dir: Path) -> dict:
-    return read_json(run_dir / "summary.json", "summary")
+    """A run's summary.json, checked to be an object (a damaged one is refused, named, not misread)."""
+    from pfedkit.errors import PfedkitError
+
+    summary = read_json(run_dir / "summary.json", "summary")
+    if not isinstance(summary, dict):
+        raise PfedkitError(
+            f"summary {run_dir / 'summary.json'} is damaged (a {type(summary).__name__}, not an object); delete it (it "
+            "is written again when the run is resumed with --resume) or restore it"
+        )
+    return summary
 
 
 def headline_curve(run_dir: Path, point: Optional[str] = None) -> list[tuple[int, float]]:
     """(round, accuracy) of every evaluated round, at `point` ("start" or "after-local"; a run measured at both has
     both), else at the run's own evaluation point (a run before eval.point: start)."""
     column = accuracy_column(point or own_point(run_dir))
-    return [(int(r["round"]), float(r[column])) for r in run_metrics(run_dir) if r.get(column) not in (None, "")]
+    rows = run_metrics(run_dir)
+    return [(int(float(r["round"])), float(r[column])) for r in rows if r.get(column) not in (None, "")]
 
 
 def own_point(run_dir: Path) -> str:
@@ -105,9 +115,12 @@ def run_metrics(run_dir: Path) -> list[dict[str, str]]:
             try:
                 if value not in (None, "") and not math.isfinite(float(value)):
                     raise ValueError(value)  # nan or inf: no accuracy a run can have
+                if key == "round" and (value in (None, "") or not float(value).is_integer()):
+                    raise ValueError(value)  # every row is a round's: a whole number
             except ValueError:
                 raise PfedkitError(
-                    f"{path}: {key} {value!r} in the row of round {row.get('round')!r} is not a number; the file is "
+                    f"{path}: {key} {value!r} in the row of round {row.get('round')!r} is not a "
+                    f"{'whole ' if key == 'round' else ''}number; the file is "
                     "damaged: restore it, or run the run again"
                 ) from None
     if (run_dir / "summary.json").exists():
