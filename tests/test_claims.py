@@ -1322,7 +1322,8 @@ def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, na
     assert "**cannot tell**" in line and "not judged: " in line and named in line
 
 
-def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tmp_path):
+def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tmp_path, monkeypatch):
+    from pfedkit.experiments import reproduce
     from pfedkit.experiments.reproduce import write_suite_outputs
 
     noise_and_pair(tmp_path)
@@ -1333,6 +1334,9 @@ def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tm
     assert (tmp_path / "toy" / "table.md").read_text() == table
     assert "- a above b: holds" in table
     assert "- c above b: cannot tell (not judged: " in table and "filed as seed1 but its run states seed 0" in table
-    flat_run(tmp_path / "toy" / "col" / "n" / "seed1", 0.54, config={**BASE, "run": {"seed": 0}})  # a noise run too
-    table = write_suite_outputs(suite, tmp_path / "toy", {}, "small")
-    assert "Noise floor: not measured: " in table and "- a above b: cannot tell" in table
+    # a floor mis-stated (borrowed from a suite that borrows): the table is written, its floor named as not measured
+    monkeypatch.setitem(reproduce.SUITES, "middle", toy_suite((), (), name="middle", noise={"suite": "toy"}))
+    borrower = toy_suite(claims, (), rows=("a", "b", "c"), noise={"suite": "middle"})
+    table = reproduce.write_suite_outputs(borrower, tmp_path / "toy", {}, "small")
+    assert "Noise floor: not measured: suite toy: noise.suite 'middle' must measure its own floor" in table
+    assert "- a above b: cannot tell" in table
