@@ -7,7 +7,7 @@ reported as missed (the script then exits 1).
 The tests that compare docs/REPRODUCTION.md with the committed runs are left out: the issue's holes change no
 committed verdict, so only the rule tests can catch them.
 
-Usage: python benchmarks/claim_mutants.py [--out benchmarks/results/claim_mutants.txt] [--only M45,M67]
+Usage: python benchmarks/claim_mutants.py [--out benchmarks/results/claim_mutants.txt] [--only M45,M67] [--jobs 2]
        (--only: those mutants alone, e.g. the ones a change added, where the whole list takes too long beside a
        training; the output names them)
 """
@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -444,53 +445,66 @@ def run_rule_tests(package_root: Path) -> tuple[int, list[str]]:
     return done.returncode, failed
 
 
+def package_copy(scratch: Path) -> Path:
+    """A copy of the package and the rule tests under `scratch`, checked to be what the tests there import."""
+    shutil.copytree(REPOSITORY / "pfedkit", scratch / "pfedkit")
+    (scratch / "tests").mkdir()
+    for name in ("tests/test_claims.py", "tests/conftest.py", "pyproject.toml"):
+        if (REPOSITORY / name).exists():
+            shutil.copy(REPOSITORY / name, scratch / name)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import pfedkit; print(pfedkit.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(scratch)},
+        capture_output=True,
+        text=True,
+        cwd=scratch.parent,
+    )
+    if not probe.stdout.startswith(str(scratch)):  # the copy must be the package the tests import
+        sys.exit(f"the scratch copy is not the imported package ({probe.stdout.strip()}); cannot test mutants")
+    return scratch
+
+
+def try_mutant(root: Path, name: str) -> tuple[str, bool]:
+    """Apply mutant `name` to the copy under root, run the rule tests, restore the file: (its line, caught)."""
+    about, old, new, *where = MUTANTS[name]
+    target = root / (where[0] if where else RULES)
+    original = target.read_text()
+    if original.count(old) != 1:
+        sys.exit(f"{name}: its text is not found once in {target.relative_to(root)} (the code changed): update it")
+    target.write_text(original.replace(old, new))
+    try:
+        code, failed = run_rule_tests(root)
+    finally:
+        target.write_text(original)
+    caught = code != 0 and bool(failed)
+    return f"{name} {about}: {'caught by ' + ', '.join(failed) if caught else 'MISSED'}", caught
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None)
     parser.add_argument("--only", default=None, help="comma-separated mutant names (default: every one)")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants tried at once, each on its own copy (one a core)")
     args = parser.parse_args()
     chosen = [m.strip() for m in args.only.split(",")] if args.only else list(MUTANTS)
     unknown = [m for m in chosen if m not in MUTANTS]
     if unknown:
         sys.exit(f"--only: no mutant {unknown[0]!r}; they are {', '.join(MUTANTS)}")
-    lines, missed = [] if args.only is None else [f"only {', '.join(chosen)} of the {len(MUTANTS)} mutants run"], []
+    if args.jobs < 1:
+        sys.exit(f"--jobs {args.jobs}: give 1 or more")
+    lines = [] if args.only is None else [f"only {', '.join(chosen)} of the {len(MUTANTS)} mutants run"]
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        shutil.copytree(REPOSITORY / "pfedkit", root / "pfedkit")
-        (root / "tests").mkdir()
-        for name in ("tests/test_claims.py", "tests/conftest.py", "pyproject.toml"):
-            if (REPOSITORY / name).exists():
-                shutil.copy(REPOSITORY / name, root / name)
-        probe = subprocess.run(
-            [sys.executable, "-c", "import pfedkit; print(pfedkit.__file__)"],
-            env={**os.environ, "PYTHONPATH": str(root)},
-            capture_output=True,
-            text=True,
-            cwd=root.parent,
-        )
-        if not probe.stdout.startswith(str(root)):  # the copy must be the package the tests import
-            sys.exit(f"the scratch copy is not the imported package ({probe.stdout.strip()}); cannot test mutants")
-        code, failed = run_rule_tests(root)
+        copies = [package_copy(Path(scratch) / f"copy{j}") for j in range(args.jobs)]
+        code, failed = run_rule_tests(copies[0])
         lines.append(f"unmutated: exit {code}, {len(failed)} rule tests failed")
         if code != 0:
             sys.exit("\n".join(lines))
-        for name in chosen:
-            about, old, new, *where = MUTANTS[name]
-            target = root / (where[0] if where else RULES)
-            original = target.read_text()
-            if original.count(old) != 1:
-                sys.exit(
-                    f"{name}: its text is not found once in {target.relative_to(root)} (the code changed): update it"
-                )
-            target.write_text(original.replace(old, new))
-            try:
-                code, failed = run_rule_tests(root)
-            finally:
-                target.write_text(original)
-            caught = code != 0 and bool(failed)
-            if not caught:
-                missed.append(name)
-            lines.append(f"{name} {about}: {'caught by ' + ', '.join(failed) if caught else 'MISSED'}")
+        share = [chosen[j :: args.jobs] for j in range(args.jobs)]  # each copy its own mutants, one after another
+        with ThreadPoolExecutor(args.jobs) as pool:
+            done = pool.map(lambda j: {m: try_mutant(copies[j], m) for m in share[j]}, range(args.jobs))
+            results = {m: r for part in done for m, r in part.items()}
+    lines += [results[m][0] for m in chosen]
+    missed = [m for m in chosen if not results[m][1]]
     lines.append(f"\n{len(chosen) - len(missed)} of {len(chosen)} mutants caught")
     text = "\n".join(lines) + "\n"
     print(text, end="")
