@@ -77,6 +77,8 @@ CLAIM_NAME_LISTS = ("rows", "over", "differ_in")
 
 def value_problem(claim: Mapping[str, Any]) -> str:
     """A claim value of the wrong type (a number written as a string, one row where a list goes), named; "" if none."""
+    from pfedkit.models import is_input_shape  # the check build_model makes
+
     for key in CLAIM_NUMBERS:
         if key in claim and (isinstance(claim[key], bool) or not isinstance(claim[key], (int, float))):
             return f"{key} = {claim[key]!r}; it must be a number (unquoted)"
@@ -92,11 +94,7 @@ def value_problem(claim: Mapping[str, Any]) -> str:
         return f'millions = {claim["millions"]!r}; it must be a number (a string keeps its trailing zeros: "0.120")'
     if "options" in claim and not isinstance(claim["options"], Mapping):
         return f"options = {claim['options']!r}; it must be a table of model options"
-    if "input_shape" in claim and not (
-        isinstance(claim["input_shape"], (list, tuple))
-        and len(claim["input_shape"]) == 3
-        and all(type(v) is int and v > 0 for v in claim["input_shape"])
-    ):
+    if "input_shape" in claim and not is_input_shape(claim["input_shape"]):
         return f"input_shape = {claim['input_shape']!r}; it must be three positive integers (C, H, W)"
     return ""
 

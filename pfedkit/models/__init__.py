@@ -44,7 +44,7 @@ _MODELS: dict[str, tuple[Callable[..., SplitModel], dict[str, object]]] = {
 
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 
-__all__ = ["MODEL_NAMES", "SplitModel", "build_model", "model_options"]
+__all__ = ["MODEL_NAMES", "SplitModel", "build_model", "is_input_shape", "model_options"]
 
 
 def _entry(name: str) -> tuple[Callable[..., SplitModel], dict[str, object]]:
@@ -56,6 +56,11 @@ def _entry(name: str) -> tuple[Callable[..., SplitModel], dict[str, object]]:
 def model_options(name: str) -> dict[str, object]:
     """The options `name` takes, with their defaults (a copy, safe to modify)."""
     return dict(_entry(name)[1])
+
+
+def is_input_shape(value: object) -> bool:
+    """Three positive integers (C, H, W), as a list or tuple: what every model is built for."""
+    return isinstance(value, (tuple, list)) and len(value) == 3 and all(_is_positive_int(v) for v in value)
 
 
 def _is_positive_int(value: object) -> bool:
@@ -79,9 +84,8 @@ def _check_options(name: str, options: dict[str, object]) -> dict[str, object]:
 def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, **options) -> SplitModel:
     """Build model `name` for inputs of shape (C, H, W) and `num_classes` outputs; uses only torch's global RNG."""
     builder, _ = _entry(name)
-    shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else ()
-    if len(shape) != 3 or not all(_is_positive_int(s) for s in shape):
+    if not is_input_shape(input_shape):
         raise ConfigError(f"model {name!r}: input_shape must be three positive integers (C, H, W), got {input_shape!r}")
     if not _is_positive_int(num_classes):
         raise ConfigError(f"model {name!r}: num_classes must be a positive integer, got {num_classes!r}")
-    return builder(shape, num_classes, **_check_options(name, options))
+    return builder(tuple(input_shape), num_classes, **_check_options(name, options))
