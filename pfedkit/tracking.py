@@ -97,6 +97,8 @@ class WandbLog:
         if summary:
             self.run.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
         self.run.finish()
+        if self.wandb.run is None:  # finish returns before the offline run file is written; teardown waits for it
+            self.wandb.teardown()
 
 
 TRACKERS = {"tensorboard": (TensorBoardLog, "tensorboard"), "wandb": (WandbLog, "wandb")}  # class, package
