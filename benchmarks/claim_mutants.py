@@ -262,8 +262,8 @@ MUTANTS = {
     ),
     "M46": (
         "rule 3: a floor's runs compared with the suite on the keys it states only (a changed default passes)",
-        '            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS\n',
-        '            if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS and key in flat(raw)\n',
+        '        if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS\n',
+        '        if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS and key in flat(raw)\n',
         "pfedkit/experiments/reproduce.py",
     ),
     "M47": (

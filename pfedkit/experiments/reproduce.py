@@ -506,16 +506,16 @@ def cell_setting(suite: Suite, scale: str) -> Callable[[str, str], dict[str, Any
 
 
 def borrowed_differences(suite: Suite, source: Suite, scale: str) -> str:
-    """How `suite`'s columns at `scale` differ in setting (SETTING_SECTIONS, method aside) from the noise rows' cells
-    of `source`, whose floor it borrows: the first difference, "" if none."""
+    """How `suite`'s columns at `scale` differ in setting (SETTING_SECTIONS) from the noise rows' cells of `source`,
+    whose floor it borrows: the first difference, "" if none."""
     if scale not in source.scales:
         return f"it has no {scale} scale"
     for noise in noise_entries(source.noise):
         row = noise["rows"][0]
-        theirs = noise_setting(source, scale, noise["column"])(row)
+        theirs = scale_setting(source, scale, noise["column"], row)
         for column in suite.columns:
-            ours = noise_setting(suite, scale, column)(row)
-            for key in sorted((set(ours) | set(theirs)) - {"method.name"}):  # of their row, not one of ours
+            ours = scale_setting(suite, scale, column, row)
+            for key in sorted(set(ours) | set(theirs)):
                 if repr(ours.get(key)) != repr(theirs.get(key)):
                     return f"{key} {ours.get(key)!r} in column {column}, {theirs.get(key)!r} in its {noise['column']}"
     return ""
@@ -524,23 +524,29 @@ def borrowed_differences(suite: Suite, source: Suite, scale: str) -> str:
 SETTING_SECTIONS = ("train", "data", "partition", "model", "eval")  # what a scale and a column fix, method aside
 
 
-def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict[str, Any]]:
-    """row -> the setting a noise row's run must have to bound this scale's runs: its cell at `scale` in `column`, as
-    flat keys of SETTING_SECTIONS, every one stated (where runs are kept aside), and the method the row runs (a run
-    of another method in its folder is not that row's result)."""
+def scale_setting(suite: Suite, scale: str, column: str, row: str) -> dict[str, Any]:
+    """The setting of a cell at `scale`: its config's SETTING_SECTIONS as flat keys, every one stated (where runs are
+    kept aside)."""
     from pfedkit.config import PLACEMENT_KEYS, parse_config
 
+    raw = cell_config(suite, scale, column, row)
+    # every value as a run's config states it (1 -> 1.0, ...), the defaults the suite leaves unsaid included: a
+    # run made under another default is of another setting
+    stated = flat(parse_config(raw).to_dict())
+    return {
+        key: value
+        for key, value in stated.items()
+        if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS
+    }
+
+
+def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict[str, Any]]:
+    """row -> the setting a noise row's run must have to bound this scale's runs: its cell's `scale_setting`, and the
+    method the row runs (a run of another method in its folder is not that row's result)."""
+
     def expected(row: str) -> dict[str, Any]:
-        raw = cell_config(suite, scale, column, row)
-        # every value as a run's config states it (1 -> 1.0, ...), the defaults the suite leaves unsaid included: a
-        # run made under another default is of another setting
-        stated = flat(parse_config(raw).to_dict())
         return {
-            **{
-                key: value
-                for key, value in stated.items()
-                if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS
-            },
+            **scale_setting(suite, scale, column, row),
             "method.name": suite.method_of(row),
         }
 
