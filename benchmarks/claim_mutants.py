@@ -427,6 +427,12 @@ MUTANTS = {
         "        if False:",
         "pfedkit/experiments/suites.py",
     ),
+    "M76": (
+        "suites: a count claim with a fractional num_classes accepted (build_model refuses it when the line is judged)",
+        '    if "num_classes" in claim and (',
+        "    if False and (",
+        "pfedkit/experiments/suites.py",
+    ),
 }
 
 

@@ -977,6 +977,17 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
                 "text": "t",
                 "model": "mlp",
                 "input_shape": [1, 28, 28],
+                "num_classes": 10.5,
+                "millions": 1,
+            },
+            "num_classes = 10.5; it must be a whole number of classes",
+        ),
+        (
+            {
+                "kind": "count",
+                "text": "t",
+                "model": "mlp",
+                "input_shape": [1, 28, 28],
                 "num_classes": 10,
                 "millions": "many",
             },

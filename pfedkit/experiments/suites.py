@@ -94,6 +94,10 @@ def value_problem(claim: Mapping[str, Any]) -> str:
         return f'millions = {claim["millions"]!r}; it must be a number (a string keeps its trailing zeros: "0.120")'
     if "options" in claim and not isinstance(claim["options"], Mapping):
         return f"options = {claim['options']!r}; it must be a table of model options"
+    if "num_classes" in claim and (
+        isinstance(claim["num_classes"], bool) or not isinstance(claim["num_classes"], int) or claim["num_classes"] < 1
+    ):
+        return f"num_classes = {claim['num_classes']!r}; it must be a whole number of classes, 1 or more (e.g. 10)"
     if "input_shape" in claim and not is_input_shape(claim["input_shape"]):
         return f"input_shape = {claim['input_shape']!r}; it must be three positive integers (C, H, W)"
     return ""
