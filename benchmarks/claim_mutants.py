@@ -429,8 +429,8 @@ MUTANTS = {
     ),
     "M76": (
         "suites: a count claim with a fractional num_classes accepted (build_model refuses it when the line is judged)",
-        '    if "num_classes" in claim and (',
-        "    if False and (",
+        '    if "num_classes" in claim and not is_positive_int(claim["num_classes"]):',
+        "    if False:",
         "pfedkit/experiments/suites.py",
     ),
 }

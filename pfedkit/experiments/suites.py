@@ -77,7 +77,7 @@ CLAIM_NAME_LISTS = ("rows", "over", "differ_in")
 
 def value_problem(claim: Mapping[str, Any]) -> str:
     """A claim value of the wrong type (a number written as a string, one row where a list goes), named; "" if none."""
-    from pfedkit.models import is_input_shape  # the check build_model makes
+    from pfedkit.models import is_input_shape, is_positive_int  # the checks build_model makes
 
     for key in CLAIM_NUMBERS:
         if key in claim and (isinstance(claim[key], bool) or not isinstance(claim[key], (int, float))):
@@ -94,9 +94,7 @@ def value_problem(claim: Mapping[str, Any]) -> str:
         return f'millions = {claim["millions"]!r}; it must be a number (a string keeps its trailing zeros: "0.120")'
     if "options" in claim and not isinstance(claim["options"], Mapping):
         return f"options = {claim['options']!r}; it must be a table of model options"
-    if "num_classes" in claim and (
-        isinstance(claim["num_classes"], bool) or not isinstance(claim["num_classes"], int) or claim["num_classes"] < 1
-    ):
+    if "num_classes" in claim and not is_positive_int(claim["num_classes"]):
         return f"num_classes = {claim['num_classes']!r}; it must be a whole number of classes, 1 or more (e.g. 10)"
     if "input_shape" in claim and not is_input_shape(claim["input_shape"]):
         return f"input_shape = {claim['input_shape']!r}; it must be three positive integers (C, H, W)"

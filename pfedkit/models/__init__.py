@@ -44,7 +44,7 @@ _MODELS: dict[str, tuple[Callable[..., SplitModel], dict[str, object]]] = {
 
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 
-__all__ = ["MODEL_NAMES", "SplitModel", "build_model", "is_input_shape", "model_options"]
+__all__ = ["MODEL_NAMES", "SplitModel", "build_model", "is_input_shape", "is_positive_int", "model_options"]
 
 
 def _entry(name: str) -> tuple[Callable[..., SplitModel], dict[str, object]]:
@@ -60,10 +60,11 @@ def model_options(name: str) -> dict[str, object]:
 
 def is_input_shape(value: object) -> bool:
     """Three positive integers (C, H, W), as a list or tuple: what every model is built for."""
-    return isinstance(value, (tuple, list)) and len(value) == 3 and all(_is_positive_int(v) for v in value)
+    return isinstance(value, (tuple, list)) and len(value) == 3 and all(is_positive_int(v) for v in value)
 
 
-def _is_positive_int(value: object) -> bool:
+def is_positive_int(value: object) -> bool:
+    """A whole number above 0, not a bool: a count build_model accepts (num_classes, hidden)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -76,7 +77,7 @@ def _check_options(name: str, options: dict[str, object]) -> dict[str, object]:
     merged = {**defaults, **options}
     if "stem" in merged and merged["stem"] not in resnet.STEMS:
         raise ConfigError(f"model {name!r}: `stem` must be one of {', '.join(resnet.STEMS)}, got {merged['stem']!r}")
-    if "hidden" in merged and not _is_positive_int(merged["hidden"]):
+    if "hidden" in merged and not is_positive_int(merged["hidden"]):
         raise ConfigError(f"model {name!r}: `hidden` must be a positive integer, got {merged['hidden']!r}")
     return merged
 
@@ -86,6 +87,6 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
     builder, _ = _entry(name)
     if not is_input_shape(input_shape):
         raise ConfigError(f"model {name!r}: input_shape must be three positive integers (C, H, W), got {input_shape!r}")
-    if not _is_positive_int(num_classes):
+    if not is_positive_int(num_classes):
         raise ConfigError(f"model {name!r}: num_classes must be a positive integer, got {num_classes!r}")
     return builder(tuple(input_shape), num_classes, **_check_options(name, options))
