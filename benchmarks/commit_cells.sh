@@ -13,9 +13,13 @@ finished=$(find "$out" -name summary.json -printf '%h\n' | sort)
 for cell in $finished; do  # per-client accuracies, compressed: the tree travels to GPU machines whole
     [ -f "$cell/clients.csv" ] && gzip -kn9f "$cell/clients.csv"
 done
+# the message names only the cells this commit adds (a finished cell already tracked is re-added unchanged)
+added=$(for cell in $finished; do git ls-files --error-unmatch "$cell/summary.json" > /dev/null 2>&1 || echo "$cell"; done)
 paths="$finished $out/table.md $out/table.csv $(find "$out" -maxdepth 1 -name 'curves_*.png')"
 git add $paths
 git diff --cached --quiet -- $paths && { echo "nothing new in $out"; exit 0; }
 # only these paths: whatever else is staged while a suite runs in the background stays out of this commit
-git commit -q -m "$suite${2:+ ($scale)}: finished cells $(echo "$finished" | sed "s|$out/||" | tr '\n' ' ')" -- $paths
-echo "committed $(echo "$finished" | wc -l) finished cell(s) of $suite"
+named=$(echo $added | sed "s|$out/||g")
+what="finished cells $named"; [ -n "$named" ] || what="the table redrawn"
+git commit -q -m "$suite${2:+ ($scale)}: $what" -- $paths
+echo "committed $(echo "$added" | grep -c .) new finished cell(s) of $suite"
