@@ -97,7 +97,8 @@ def module_name_for(path: Path) -> str:
 
 def import_method_module(spec: str) -> None:
     """Import a user's method module: a dotted name on the Python path, or a .py file (imported under a name of its
-    own, module_name_for; again when the file has changed since; its folder joins sys.path for its own imports)."""
+    own, module_name_for; again when the file has changed since; its folder joins the end of sys.path for its own
+    imports)."""
     if not spec.endswith(".py"):
         try:
             importlib.import_module(spec)
@@ -120,8 +121,8 @@ def import_method_module(spec: str) -> None:
     if loaded is not None and getattr(loaded, "__pfedkit_digest__", None) == file_digest(path):
         return
     folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    if folder not in sys.path:  # last: a file there named like a standard or installed module must not shadow it
+        sys.path.append(folder)
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
     module.__pfedkit_digest__ = file_digest(path)

@@ -78,3 +78,12 @@ def test_four_workers_share_one_gpu_and_learn_as_one_process_does(tmp_path):
     simulate(synthetic(**base, run={"device": "cuda", "gpus_per_worker": 0.25}), tmp_path / "shared", progress=False)
     one, shared = (read_csv(tmp_path / run / "metrics.csv") for run in ("one", "shared"))
     assert abs(float(one[-1]["acc"]) - float(shared[-1]["acc"])) < 0.02  # GPU kernels need not be bit-identical
+
+
+@pytest.mark.parametrize("name", ["fedafk-no-kt", "pgfedsplit-no-apa", "fedpac-proto"])
+def test_a_built_in_variant_pickles_by_name_for_a_spawned_worker(name):
+    from pfedkit.methods import METHODS
+
+    cls = METHODS[name]
+    params = cls.Params()
+    assert pickle.loads(pickle.dumps(cls)) is cls and pickle.loads(pickle.dumps(params)) == params

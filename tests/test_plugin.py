@@ -255,3 +255,27 @@ def test_a_method_of_ones_own_is_tuned_by_its_declared_range(tmp_path):
     )
     assert done.exit_code == 0, done.output
     assert "server_momentum" in done.output and (tmp_path / "tune" / "best.toml").exists()
+
+
+def test_a_variant_declared_in_ones_own_file_is_that_files_and_pickles_by_name(tmp_path):
+    import pickle
+
+    from pfedkit.engine.workers import method_files
+    from pfedkit.registry import method_source
+
+    file = tmp_path / "myprox.py"
+    file.write_text(
+        "from pfedkit.methods import variant\n"
+        "from pfedkit.methods.fedprox import FedProx\n\n"
+        'variant(FedProx, "test-myprox", "FedProx with a stronger pull", mu=0.5)\n'
+    )
+    try:
+        config = build_config(synthetic_raw(method={"name": "test-myprox", "module": str(file)}))
+        cls = METHODS["test-myprox"]
+        method = cls(cls.validate_params({}), tiny_context())
+        # its code is the user's file, as a method of one's own: a changed file is a changed run
+        assert method_source(config).startswith("sha256:") and method_files(method) == [str(file.resolve())]
+        copy = pickle.loads(pickle.dumps(method))  # as a spawned worker (a GPU's pool) receives it
+        assert type(copy) is cls and copy.params.mu == 0.5
+    finally:
+        METHODS.pop("test-myprox", None)

@@ -204,10 +204,19 @@ def test_two_method_files_of_one_name_in_one_process_each_run_their_own_code(tmp
 
 
 def test_a_method_file_named_like_a_standard_module_is_imported_as_itself(tmp_path):
+    import importlib.machinery
+    import sys
+
     write_method(tmp_path / "cfg", "json.py", name="my-json", cls="J")
     config = load_config(write_config(tmp_path / "cfg", module="json.py", name="my-json"))
     assert config.method.name == "my-json"
     assert json.dumps({"still": "the standard json"})
+    # nor does its folder shadow the standard module for an import still to come: a spawned worker (a GPU's pool)
+    # imports json afresh from this sys.path (with the folder first, it died importing the user's file)
+    folder = (tmp_path / "cfg").resolve()
+    assert str(folder) in sys.path
+    found = importlib.machinery.PathFinder.find_spec("json", sys.path)
+    assert found is not None and Path(found.origin).resolve().parent != folder
 
 
 def test_a_module_with_a_syntax_error_or_an_error_at_import_is_a_clear_message(tmp_path):

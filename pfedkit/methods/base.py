@@ -8,6 +8,7 @@ how the server combines replies (`aggregate`), and which model is evaluated for 
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -543,7 +544,9 @@ def same_definition(a: type, b: type) -> bool:
 
 def variant(base: type[Method], name: str, summary: str, **defaults: Any) -> type[Method]:
     """Register `base` under another name with other defaults (a paper's ablation or variant, as a preset): the same
-    code, each changed hyper-parameter keeping its constraints and description."""
+    code, each changed hyper-parameter keeping its constraints and description. The variant belongs to the module
+    that declares it: that file is its source in a run's record, and it is found there by name when pickled."""
+    home = sys._getframe(1).f_globals.get("__name__", base.__module__)
     fields = {}
     for key, value in defaults.items():
         if key not in base.Params.model_fields:
@@ -551,10 +554,13 @@ def variant(base: type[Method], name: str, summary: str, **defaults: Any) -> typ
         info = copy.copy(base.Params.model_fields[key])
         info.default = value
         fields[key] = (info.annotation, info)
-    params = create_model(f"{base.Params.__name__}_{name.replace('-', '_')}", __base__=base.Params, **fields)
+    suffix = name.replace("-", "_")
+    params = create_model(f"{base.Params.__name__}_{suffix}", __base__=base.Params, __module__=home, **fields)
     cls = type(
-        f"{base.__name__}_{name.replace('-', '_')}",
-        (base,),
-        {"name": name, "summary": summary, "Params": params, "__module__": base.__module__},
+        f"{base.__name__}_{suffix}", (base,), {"name": name, "summary": summary, "Params": params, "__module__": home}
     )
-    return register(cls)
+    registered = register(cls)
+    if home in sys.modules:  # where a spawned worker looks them up by name when it unpickles the method
+        setattr(sys.modules[home], params.__name__, params)
+        setattr(sys.modules[home], cls.__name__, cls)
+    return registered

@@ -141,7 +141,7 @@ class Joint:
     """Several models stepped together on every batch by a step the method writes over stacked tensors (FedAFK's
     global, personal and mixing-weight steps on each batch). `step(view, x, y)`: `view[model][key]` holds the
     clients' tensors stacked along a leading dimension (changes made in place stay), x [G, B, ...] and y [G, B] their
-    batches. The cohort path alone runs it; one client at a time, the method's own local_update is the reference."""
+    batches. One client at a time, the engine runs it as a cohort of one: the same step on both paths."""
 
     step: Callable[[dict, torch.Tensor, torch.Tensor], None]
     epochs: int = 1
