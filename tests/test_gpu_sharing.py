@@ -87,3 +87,39 @@ def test_a_built_in_variant_pickles_by_name_for_a_spawned_worker(name):
     cls = METHODS[name]
     params = cls.Params()
     assert pickle.loads(pickle.dumps(cls)) is cls and pickle.loads(pickle.dumps(params)) == params
+
+
+@pytest.mark.slow
+def test_a_spawned_worker_that_dies_at_its_start_is_a_clear_error_not_a_hang(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    # a worker that cannot even import (here: a folder on the path shadows the standard json); the driver used to
+    # block for good writing the pickled data into the dead worker's pipe
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "json.py").write_text("raise ImportError('a shadowed standard module')\n")
+    script = tmp_path / "driver.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys
+        from tests.test_gpu_sharing import replies_from
+        from pfedkit.errors import PfedkitError
+        sys.path.insert(0, {str(tmp_path / "shadow")!r})
+        try:
+            replies_from("spawn")
+        except PfedkitError as err:
+            print("clear error:", err)
+        """)
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )
+    assert "clear error: a worker process died" in done.stdout, done.stderr[-2000:]

@@ -12,6 +12,7 @@ import os
 import pickle
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -91,9 +92,9 @@ def method_files(method: Method) -> list[str]:
     return [file] if getattr(module, "__pfedkit_digest__", None) and file else []
 
 
-def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = "cpu", files: list[str] = ()) -> None:
-    """A forked worker finds the method and data inherited; a spawned one (a GPU's) gets them pickled, on the CPU,
-    and puts the data and every model it builds on its device."""
+def _worker_init(parent_pid: int, shared: Optional[str] = None, device: str = "cpu", files: list[str] = ()) -> None:
+    """A forked worker finds the method and data inherited; a spawned one (a GPU's) reads them pickled, on the CPU,
+    from the file `shared`, and puts the data and every model it builds on its device."""
     global _SHARED, _DEVICE
     die_with_parent(parent_pid)  # a killed run leaves no worker behind
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
@@ -104,7 +105,8 @@ def _worker_init(parent_pid: int, shared: Optional[bytes] = None, device: str = 
         for file in files:  # the method's own module, under the name it was pickled with
             import_method_module(file)
         _DEVICE = torch.device(device)
-        method, fed = pickle.loads(shared)
+        with open(shared, "rb") as file:
+            method, fed = pickle.load(file)
         _SHARED = (method, settle_on(_DEVICE, fed))
 
 
@@ -174,7 +176,7 @@ class Executor:
         self.method, self.fed = method, fed
         on_gpu = torch.device(worker_device).type != "cpu"
         self.workers = workers_per_gpu(workers, gpus_per_worker) if on_gpu else default_workers(workers)
-        self.pool = None
+        self.pool, self.shared_file = None, None
         start_method = start_method or ("spawn" if on_gpu else "fork")
         if self.workers > 1 or on_gpu:
             if start_method == "fork":
@@ -182,8 +184,12 @@ class Executor:
                 initargs: tuple = (os.getpid(),)
             else:
                 # as plain bytes: handed over as objects, their tensors would be moved into shared memory under the
-                # feet of tasks already packed from them (seen: NaN replies)
-                initargs = (os.getpid(), pickle.dumps((method, fed)), worker_device, method_files(method))
+                # feet of tasks already packed from them (seen: NaN replies); in a file, not the spawn pipe, which
+                # CPython keeps open while it writes: a worker dying before it read them all left the driver hung
+                with tempfile.NamedTemporaryFile("wb", prefix="pfedkit-workers-", suffix=".pkl", delete=False) as file:
+                    pickle.dump((method, fed), file)
+                self.shared_file = file.name
+                initargs = (os.getpid(), file.name, worker_device, method_files(method))
             self.pool = ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context(start_method), initializer=_worker_init, initargs=initargs
             )
@@ -212,8 +218,8 @@ class Executor:
                     yield cid, result
         except BrokenProcessPool:  # a worker was killed (often by the out-of-memory killer), not a Python error
             raise PfedkitError(
-                f"a worker process died during round {first.round} ({first.kind}); "
-                "resume the run with --resume, and lower run.workers if memory is short"
+                f"a worker process died during round {first.round} ({first.kind}); its error, if it had one, is "
+                "printed above; resume the run with --resume, and lower run.workers if memory is short"
             ) from None
 
     def close(self, abandon: bool = False) -> None:
@@ -227,6 +233,9 @@ class Executor:
                 pool.shutdown(wait=False, cancel_futures=True)
             else:
                 pool.shutdown(wait=True, cancel_futures=True)
+        if self.shared_file is not None:  # every worker read it at its start
+            os.unlink(self.shared_file)
+            self.shared_file = None
 
     def __enter__(self) -> "Executor":
         return self
