@@ -187,7 +187,11 @@ class Executor:
                 # feet of tasks already packed from them (seen: NaN replies); in a file, not the spawn pipe, which
                 # CPython keeps open while it writes: a worker dying before it read them all left the driver hung
                 with tempfile.NamedTemporaryFile("wb", prefix="pfedkit-workers-", suffix=".pkl", delete=False) as file:
-                    pickle.dump((method, fed), file)
+                    try:
+                        pickle.dump((method, fed), file)
+                    except BaseException:  # (an unpicklable method) no file left behind
+                        os.unlink(file.name)
+                        raise
                 self.shared_file = file.name
                 initargs = (os.getpid(), file.name, worker_device, method_files(method))
             self.pool = ProcessPoolExecutor(
