@@ -3,6 +3,7 @@ errors a request that cannot be met gets, and on a GPU machine the run itself.""
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -13,7 +14,7 @@ from pfedkit.engine.simulation import make_method, simulate
 from pfedkit.engine.workers import Executor, Task, driver_device
 from pfedkit.errors import ConfigError
 from pfedkit.io import read_csv
-from tests.test_engine import synthetic
+from tests.test_engine import REPO, synthetic
 
 
 def replies_from(start_method: str) -> dict:
@@ -94,7 +95,6 @@ def test_a_spawned_worker_that_dies_at_its_start_is_a_clear_error_not_a_hang(tmp
     import subprocess
     import sys
     import textwrap
-    from pathlib import Path
 
     # a worker that cannot even import (here: a folder on the path shadows the standard json); the driver used to
     # block for good writing the pickled data into the dead worker's pipe
@@ -113,13 +113,12 @@ def test_a_spawned_worker_that_dies_at_its_start_is_a_clear_error_not_a_hang(tmp
             print("clear error:", err)
         """)
     )
-    root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, str(script)],
-        cwd=root,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=240,
-        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert "clear error: a worker process died" in done.stdout, done.stderr[-2000:]
