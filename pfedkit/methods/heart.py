@@ -7,7 +7,7 @@ early stages and MSE on the deep ones (Eq. 6-7). AKT: after averaging, the stude
 symmetric KL to the clients' ensemble on the clean proxy batch and on PGD views of it, each teacher attacked on
 its own and the student's view made against the frozen average (Eq. 10-12, Alg. 1 lines 15-19).
 Where the released code differs, a flag gives its behaviour (docs/methods.md 2.5):
-- alignment "paper": HDA trains the local adapter phi_k (Eq. 8 minimises over theta; docs/methods.md 2.5-a mode P,
+- alignment "paper": HDA trains the local adapter phi_k (Eq. 8 minimises over theta; docs/methods.md 2.5-a, "paper",
   which departs from Alg. 1 line 11's CE only); "code": HDA of the global copy is computed without gradient, so
   it is only logged; "off": no HDA.
 - symmetric = false: the code's effective loss on its pinned PyTorch (reverse KL term 0).
@@ -39,7 +39,7 @@ class HeartParams(PerAdaParams):
     )
     alignment: Literal["paper", "code", "off"] = Field(
         "paper",
-        description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a mode P); "
+        description="HDA: paper = trains phi_k with gradient (docs/methods.md 2.5-a); "
         "code = logged only; off = ablation",
     )
     align_weight: float = Field(

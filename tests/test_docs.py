@@ -34,3 +34,29 @@ def test_readme_config_block_lists_every_key_with_its_default():
             assert value == fields[key], f"[{name}] {key}: README says {value!r}, the default is {fields[key]!r}"
         for key in commented.get(name, set()):
             assert fields[key] is None, f"[{name}] {key} is commented out in README but has a default {fields[key]!r}"
+
+
+REPO = README.parent
+METHODS_DOC = REPO / "docs" / "methods.md"
+# "docs/methods.md 3.4-d", "methods.md 2.4", "methods.md §1.3": a section (x or x.y) or an item label (x.y-z)
+CITATION = re.compile(r"methods\.md`?[ ,]+§?(\d+(?:\.\d+)?(?:-[a-z]+)?)(?![\w.-]*\d)")
+
+
+def methods_doc_labels() -> set[str]:
+    text = METHODS_DOC.read_text(encoding="utf-8")
+    headings = re.findall(r"^#+ (\d+(?:\.\d+)?)[ .]", text, flags=re.M)
+    items = re.findall(r"\*\*(\d+\.\d+-[a-z]+)\*\*", text)
+    return set(headings) | set(items)
+
+
+def test_every_citation_of_docs_methods_names_a_label_it_has():
+    labels = methods_doc_labels()
+    assert {"2.5-a", "3.4-d", "3.3", "2"} <= labels  # the label forms are read at all
+    sources = [*REPO.glob("pfedkit/**/*.py"), *REPO.glob("benchmarks/*.py"), README, *REPO.glob("docs/*.md")]
+    missing = []
+    for path in sources:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for label in CITATION.findall(line):
+                if label not in labels:
+                    missing.append(f"{path.relative_to(REPO)}:{number}: {label}")
+    assert not missing, "citations of docs/methods.md labels it lacks:\n" + "\n".join(missing)
