@@ -168,6 +168,17 @@ def test_a_users_own_result_named_files_are_refused_unless_forced(tmp_path):
         assert (folder / name).read_text() == "mine"
 
 
+def test_a_run_that_died_before_its_first_round_leaves_no_foreign_files(tmp_path):
+    simulate(synthetic(train={"rounds": 1}), tmp_path, progress=False)
+    for name in ("metrics.csv", "checkpoint.pt", "summary.json", "clients.csv", "curves.png"):
+        (tmp_path / name).unlink(missing_ok=True)  # what a run killed in round 0 had not written yet
+    for tracker in ("tensorboard", "wandb"):  # run.log_to's folders, made when the run starts
+        (tmp_path / tracker).mkdir()
+        (tmp_path / tracker / "events").write_text("")
+    simulate(synthetic(train={"rounds": 1}), tmp_path, progress=False)  # no --force needed
+    assert (tmp_path / "metrics.csv").exists()
+
+
 def test_the_users_config_in_out_is_never_replaced(tmp_path):
     config = tmp_path / "config.toml"
     text = "# my experiment, with my comments\n" + dump_toml(synthetic(train={"rounds": 1}).to_dict())

@@ -151,6 +151,7 @@ RUN_FILES = (
     "continued.json",
     "wandb",
     "wandb-id.txt",
+    "tensorboard",
     "replies.csv",
     "flower",
     "code_changes.json",
