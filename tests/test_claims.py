@@ -290,6 +290,9 @@ def test_within_judges_closeness_between_two_columns(tmp_path):
 
 
 BOLD_VERDICT = re.compile(r"\*\*(holds|does not hold|cannot tell)\*\*")
+# in the prose, any bold span that states a verdict ("**FedAFK above FedRep does not hold**"), lines joined first
+BOLD_SPAN = re.compile(r"\*\*([^*]+)\*\*")  # spans paired from the left, as markdown pairs them
+VERDICT_WORDS = re.compile(r"\b(holds|does not hold|cannot tell)\b")
 CITED = re.compile(r"`([a-z0-9-]+#\d+(?:/[a-z-]+)?)`")
 
 
@@ -323,14 +326,20 @@ def test_the_prose_states_no_verdict_the_generated_table_does_not():
     document = (REPO / "docs" / "REPRODUCTION.md").read_text()
     _, verdicts = generated_claims(document)
     prose = document.split(CLAIMS_BEGIN, 1)[0] + document.split(CLAIMS_END, 1)[1]
-    for block in re.split(r"\n\s*\n|\n(?=\s*- )", prose):  # paragraphs and list items
-        start = 0
-        for said in BOLD_VERDICT.finditer(block):
+    problems = []
+    for item in re.split(r"\n\s*\n|\n(?=\s*- )", prose):  # paragraphs and list items
+        block, start = re.sub(r"\s*\n\s*", " ", item), 0  # a bold span may wrap across lines
+        for said in BOLD_SPAN.finditer(block):
+            if not (verdict := VERDICT_WORDS.search(said.group(1))):
+                continue
             cited = CITED.findall(block[start : said.start()])
-            assert cited, f"a verdict in bold without the claim it is about: {block[start : said.end()][-160:]}"
-            wrong = [c for c in cited if verdicts.get(c) != said.group(1)]
-            assert not wrong, f"the table says otherwise of {wrong}: {block[start : said.end()][-160:]}"
+            wrong = [c for c in cited if verdicts.get(c) != verdict.group(1)]
+            if not cited:
+                problems.append(f"a verdict in bold without the claim it is about: {block[start : said.end()][-160:]}")
+            elif wrong:
+                problems.append(f"the table says otherwise of {wrong}: {block[start : said.end()][-160:]}")
             start = said.end()
+    assert not problems, "\n".join(problems)
 
 
 def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(tmp_path):
