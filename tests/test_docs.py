@@ -60,3 +60,14 @@ def test_every_citation_of_docs_methods_names_a_label_it_has():
                 if label not in labels:
                     missing.append(f"{path.relative_to(REPO)}:{number}: {label}")
     assert not missing, "citations of docs/methods.md labels it lacks:\n" + "\n".join(missing)
+
+
+def test_every_shipped_config_loads_against_todays_schema():
+    """The configs the README and the docs point users to (examples/, benchmarks/configs/) validate: keys, values,
+    names of data sets, models and methods, and each method's hyper-parameters."""
+    from pfedkit.registry import load_config
+
+    shipped = sorted([*REPO.glob("examples/*.toml"), *REPO.glob("benchmarks/configs/*.toml")])
+    assert len(shipped) >= 10
+    for path in shipped:
+        load_config(path, [])
