@@ -6,6 +6,7 @@
 # is about 70 MB, over the 16 MiB a returned file may have), so a cell must finish inside one call: a second call on
 # the same warm machine started unfinished cells from round 0 (2026-11-26 H100 and 2026-11-27 H200, .devruns left out
 # of carry both times: the device's run folders had been emptied).
+# Here first: bash benchmarks/gpu_speed_device.sh --prepare (makes .devwheels and .devdata; no PFLlib needed).
 # On the device, with carry [".devwheels", ".devdata", ".devruns"]:
 #   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
 #   bash benchmarks/device_suite.sh gpu-tests [SECONDS SUITE ...]   python3 -m pytest -m gpu first (the wheels installed)
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 mkdir -p /tmp/pylib .devruns/logs
 tag=cp$(python3 -c 'import sys; print("%d%d" % sys.version_info[:2])')
 python3 -m pip install -q --no-deps --no-index --target /tmp/pylib .devwheels/*-py3-none-any.whl \
-    .devwheels/pydantic_core-*"$tag"*.whl > /dev/null 2>&1 || { echo "installing .devwheels failed"; exit 1; }
+    .devwheels/pydantic_core-*"$tag"*.whl > /dev/null || { echo "installing .devwheels failed"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/pylib PYTHONUNBUFFERED=1
 if [ "${1:-}" = gpu-tests ]; then  # the device has torch but not our other dependencies: pytest alone fails to collect
     python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -n 3

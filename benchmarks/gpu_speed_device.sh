@@ -2,8 +2,10 @@
 # The GPU speed benchmark (benchmarks/gpu_speed.py) on a lent GPU machine, in one device call.
 #
 # Here, once per machine (what it makes is ignored by git through .git/info/exclude):
-#   bash benchmarks/gpu_speed_device.sh --prepare PFLLIB
-#     PFLLIB: a PFLlib checkout (a folder holding system/main.py) or its git directory (its newest commit is used).
+#   bash benchmarks/gpu_speed_device.sh --prepare [PFLLIB]
+#     PFLLIB: a PFLlib checkout (a folder holding system/main.py) or its git directory (its newest commit is used);
+#     without it (a sitting that runs only benchmarks/device_suite.sh, or gpu_speed.py with --pfllib none) no peer.
+#     A CPU rehearsal of the benchmark itself: python3 benchmarks/gpu_speed.py --check --out /tmp/gpu_speed_check
 #     Copies the CIFAR-10 JPEG copy into .devdata/ (19 MB), PFLlib's system/ folder into .peers/PFLlib/ (0.6 MB), and
 #     downloads into .devwheels/ the wheels the GPU machine lacks (10 MB): pydantic for pfedkit; cvxpy (with clarabel,
 #     osqp, qdldl) and calmsize, which PFLlib's main.py imports. With the 30 MB of tracked files: 60 MB of the 64 MiB
@@ -17,17 +19,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --prepare ]; then
-    source=${2:?"give the PFLlib checkout or git directory"}
+    source=${2:-}
     for ignored in /.devdata/ /.devwheels/ /.peers/ /.devruns/; do
         grep -qxF "$ignored" .git/info/exclude || echo "$ignored" >> .git/info/exclude
     done
-    rm -rf .peers/PFLlib  # afresh: partitions and models a --check wrote there are not to be carried
-    mkdir -p .devdata .peers/PFLlib .devwheels
+    # afresh: partitions and models a --check wrote are not to be carried, nor two versions of one wheel
+    rm -rf .peers/PFLlib .devwheels
+    mkdir -p .devdata .devwheels
     cp -r ../shared/data/cifar10-jpeg .devdata/
-    if [ -f "$source/system/main.py" ]; then
-        cp -r "$source/system" .peers/PFLlib/
+    if [ -z "$source" ]; then
+        echo "no PFLlib given: .peers/ left out (gpu_speed.py then needs --pfllib none)"
+    elif [ -f "$source/system/main.py" ]; then
+        mkdir -p .peers/PFLlib && cp -r "$source/system" .peers/PFLlib/
     else
-        git --git-dir="$source" archive HEAD system | tar -x -C .peers/PFLlib
+        mkdir -p .peers/PFLlib && git --git-dir="$source" archive HEAD system | tar -x -C .peers/PFLlib
     fi
     platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
                --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
@@ -35,7 +40,7 @@ if [ "${1:-}" = --prepare ]; then
         -d .devwheels pydantic pydantic-core annotated-types typing-inspection typing-extensions tomli-w cvxpy clarabel osqp \
         qdldl
     python3 -m pip wheel -q --no-deps -w .devwheels calmsize  # published as a source archive only
-    du -sh .devdata .peers .devwheels
+    du -sh .devdata .devwheels; [ -d .peers ] && du -sh .peers
     exit
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devwheels/*.whl \
