@@ -203,6 +203,7 @@ def test_clients_in_chunks_give_the_same_as_one_cohort():
     chunked = dict(Cohort(method, fed, cohort_size=3).train(tasks))
     for cid in whole:
         assert_states_close(chunked[cid][0], whole[cid][0], f"client {cid}")
+        assert_states_close(chunked[cid][1], whole[cid][1], f"client {cid} state (its personal head)")
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local", "fedpac", "pgfedsplit"])

@@ -309,3 +309,17 @@ def test_dominant_classes_can_deal_a_class_again_as_fedpacs_code_does():
         assert len(np.unique(idx)) == 600  # a client never holds a sample twice here
     uses = np.bincount(np.concatenate(clients), minlength=len(labels)).reshape(10, 500)
     assert all(row.max() - row.min() <= 1 for row in uses)  # each class dealt evenly from its start again
+
+
+@pytest.mark.parametrize("beta", [0.1, 1.0])
+def test_dirichlet_shares_follow_beta(beta):
+    """One class over n clients is split by p ~ Dir(beta, ..., beta): E[sum p_i^2] = (beta + 1) / (n beta + 1), the
+    skew beta sets (the balance cap and the minimum cannot act on a single class with min_samples 0)."""
+    labels, n, seeds = np.zeros(20000, dtype=np.int64), 10, 300
+    concentration = []
+    for seed in range(seeds):
+        parts = partition_labels(labels, "dirichlet", n, seed, beta=beta, min_samples=0)
+        shares = np.array([len(part) for part in parts]) / len(labels)
+        concentration.append(float((shares**2).sum()))
+    error = np.std(concentration) / np.sqrt(seeds)
+    assert abs(np.mean(concentration) - (beta + 1) / (n * beta + 1)) < 4 * error

@@ -353,18 +353,19 @@ def test_a_repeat_redraws_the_training_randomness_on_the_same_partition_and_clie
     batch orders; repeat 0 is the run as before, with the same identity."""
     from pfedkit.registry import run_identity
 
-    base = synthetic(train={"rounds": 2, "join_ratio": 0.5})
+    base = synthetic(train={"rounds": 3, "join_ratio": 0.5}, eval={"point": "both"})
     simulate(base, tmp_path / "r0", progress=False)
-    simulate(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 1}), tmp_path / "r1", progress=False)
+    repeat = synthetic(train={"rounds": 3, "join_ratio": 0.5}, eval={"point": "both"}, run={"repeat": 1})
+    simulate(repeat, tmp_path / "r1", progress=False)
     first, other = read_csv(tmp_path / "r0" / "clients.csv"), read_csv(tmp_path / "r1" / "clients.csv")
-    assert [(r["round"], r["client"], r["n_test"]) for r in first] == [
-        (r["round"], r["client"], r["n_test"]) for r in other
-    ]
-    trained = [r["clients_trained"] for r in read_csv(tmp_path / "r0" / "metrics.csv")]
-    assert trained == [r["clients_trained"] for r in read_csv(tmp_path / "r1" / "metrics.csv")]
+    assert [(r["round"], r["client"], r["n_test"], r["point"]) for r in first] == [
+        (r["round"], r["client"], r["n_test"], r["point"]) for r in other
+    ]  # the after-local rows are the trained clients: the same ones, round by round
+    trained = [(r["round"], r["client"]) for r in first if r["point"] == "after-local"]
+    assert 0 < len(trained) < len([r for r in first if r["point"] == "start"])  # a sample, not everyone
     assert [r["acc"] for r in first] != [r["acc"] for r in other]  # other weights from round 0 on
-    assert run_identity(base) == run_identity(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 0}))
-    assert run_identity(base) != run_identity(synthetic(train={"rounds": 2, "join_ratio": 0.5}, run={"repeat": 1}))
+    again = synthetic(train={"rounds": 3, "join_ratio": 0.5}, eval={"point": "both"}, run={"repeat": 0})
+    assert run_identity(base) == run_identity(again) and run_identity(base) != run_identity(repeat)
 
 
 def test_seeds_outside_32_bits_are_refused_before_anything_runs(tmp_path):

@@ -171,7 +171,12 @@ def test_tune_finds_the_module_beside_the_config_from_another_folder(tmp_path, m
 
     from pfedkit.cli import main
 
-    write_method(tmp_path / "cfg")
+    mine = write_method(tmp_path / "cfg")  # with a search range; the decoy has none, so tune would refuse it
+    mine.write_text(
+        mine.read_text()
+        .replace("from pfedkit.methods import", "from pfedkit.methods import searched,")
+        .replace("gt=0, description", "gt=0, json_schema_extra=searched(0.1, 1.0), description")
+    )
     config = write_config(tmp_path / "cfg")
     elsewhere(monkeypatch, tmp_path)
     result = CliRunner().invoke(
@@ -179,7 +184,8 @@ def test_tune_finds_the_module_beside_the_config_from_another_folder(tmp_path, m
         ["tune", str(config), "--method", "my-avg", "--out", str(tmp_path / "tune"), "--trials", "1", "--quiet"]
         + ["--params", "server_lr", "--set", "train.rounds=1"],
     )
-    assert "unknown method" not in result.output and "no such file" not in result.output, result.output
+    assert result.exit_code == 0, result.output
+    assert read_toml(tmp_path / "tune" / "best.toml")["method"]["module"] == str(mine.resolve())
 
 
 def test_two_modules_in_one_config_each_method_found(tmp_path):
