@@ -37,28 +37,57 @@ def kt_term(form, z, teacher, phi, rd):
     return kl(z, teacher) * (len(z) if form == "feature-sum" else 1)
 
 
-def by_hand(server, client, random_head, data, seed, mu, form="feature-mean", step="theta"):
+def sgd(params, grads, buffers, momentum=0.0, weight_decay=0.0):
+    """torch.optim.SGD's step written out (no dampening): the decay joins the gradient, the buffer starts at zero."""
+    new = []
+    for i, (p, g) in enumerate(zip(params, grads)):
+        d = g + weight_decay * p
+        if momentum:
+            buffers[i] = momentum * buffers[i] + d
+            d = buffers[i]
+        new.append((p - LR * d).detach())
+    return new
+
+
+def by_hand(
+    server,
+    client,
+    random_head,
+    data,
+    seed,
+    mu,
+    form="feature-mean",
+    step="theta",
+    momentum=0.0,
+    weight_decay=0.0,
+    mu_gradient="exact",
+):
     tg = [server["body.0.weight"].clone(), server["body.0.bias"].clone()]  # global extractor copy
     ti = [client["body.0.weight"].clone(), client["body.0.bias"].clone()]  # personal extractor
     phi = [client["head.weight"].clone(), client["head.bias"].clone()]  # personal head
     rd = [random_head["head.weight"], random_head["head.bias"]]  # fixed random head
     snap = [t.clone() for t in tg]  # the received extractor: the KL teacher
     x, y = data.train_x, data.train_y
+    buf_g, buf_i = [torch.zeros_like(t) for t in tg], [torch.zeros_like(t) for t in ti]  # one SGD per extractor
     order = torch.randperm(8, generator=torch_generator(seed, 0, 0, "train-0"))
     for idx in (order[:4], order[4:]):
         xb, yb = x[idx], y[idx]
         # (a)
         params = [t.requires_grad_() for t in tg]
-        grads = torch.autograd.grad(F.cross_entropy(head(body(xb, *params), *rd), yb), params)
-        tg = [(t - LR * g).detach() for t, g in zip(tg, grads)]
+        grads_g = torch.autograd.grad(F.cross_entropy(head(body(xb, *params), *rd), yb), params)
+        tg = sgd(tg, grads_g, buf_g, momentum, weight_decay)
         # (b)
         teacher = body(xb, *snap)
         params = [t.requires_grad_() for t in ti]
         z = body(xb, *params) if step == "theta" else body(xb, *[mu * a + (1 - mu) * b for a, b in zip(params, tg)])
         loss = (1 - LAM) * F.cross_entropy(head(z, *phi), yb) + LAM * kt_term(form, z, teacher, phi, rd)
-        grads = torch.autograd.grad(loss, params)
-        ti = [(t - LR * g).detach() for t, g in zip(ti, grads)]
+        grads_i = torch.autograd.grad(loss, params)
+        ti = sgd(ti, grads_i, buf_i, momentum, weight_decay)
         # (c)
+        if mu_gradient == "apfl":  # <theta_i - theta_G, mu grad_i + (1 - mu) grad_G>, after this batch's steps
+            g = sum(((a - b) * (mu * gi + (1 - mu) * gg)).sum() for a, b, gi, gg in zip(ti, tg, grads_i, grads_g))
+            mu = min(max(mu - LR * float(g), 0.0), 1.0)
+            continue
         m = torch.tensor(mu, dtype=torch.float64, requires_grad=True)
         mixed = [m * a + (1 - m) * b for a, b in zip(ti, tg)]
         z = body(xb, *mixed)
@@ -67,25 +96,37 @@ def by_hand(server, client, random_head, data, seed, mu, form="feature-mean", st
         mu = min(max(mu - LR * float(g), 0.0), 1.0)
     ti = [mu * a + (1 - mu) * b for a, b in zip(ti, tg)]  # adaptive feature aggregation
     order = torch.randperm(8, generator=torch_generator(seed, 0, 0, "head-0"))
+    buf_h = [torch.zeros_like(t) for t in phi]  # the head phase: an SGD of its own
     for idx in (order[:4], order[4:]):  # one head epoch on the frozen new extractor
         params = [t.requires_grad_() for t in phi]
         grads = torch.autograd.grad(F.cross_entropy(head(body(x[idx], *ti), *params), y[idx]), params)
-        phi = [(t - LR * g).detach() for t, g in zip(phi, grads)]
+        phi = sgd(phi, grads, buf_h, momentum, weight_decay)
     return tg, ti, phi, mu
 
 
 @pytest.mark.parametrize(
-    "form, step",
+    "form, step, momentum, weight_decay, mu_gradient",
     [
-        ("feature-mean", "theta"),
-        ("feature-sum", "theta"),
-        ("logits-personal-head", "theta"),
-        ("logits-random-head", "theta"),
-        ("feature-mean", "mixture"),
+        ("feature-mean", "theta", 0.0, 0.0, "exact"),
+        ("feature-sum", "theta", 0.0, 0.0, "exact"),
+        ("logits-personal-head", "theta", 0.0, 0.0, "exact"),
+        ("logits-random-head", "theta", 0.0, 0.0, "exact"),
+        ("feature-mean", "mixture", 0.0, 0.0, "exact"),
+        ("logits-personal-head", "theta", 0.9, 0.01, "exact"),  # each extractor's SGD with momentum and decay
+        ("feature-mean", "theta", 0.0, 0.0, "apfl"),  # PFLlib's APFL reading of mu's gradient
+        ("logits-personal-head", "mixture", 0.5, 0.05, "apfl"),
     ],
 )
-def test_one_local_round_equals_the_hand_computation(form, step):
-    method = make("fedafk", seed=3, batch_size=4, lr=LR, params={"kt_form": form, "personal_step": step})
+def test_one_local_round_equals_the_hand_computation(form, step, momentum, weight_decay, mu_gradient):
+    method = make(
+        "fedafk",
+        seed=3,
+        batch_size=4,
+        lr=LR,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        params={"kt_form": form, "personal_step": step, "mu_gradient": mu_gradient},
+    )
     data = tiny_data(n=8)
     server = method.init_server()
     gen = torch.Generator().manual_seed(1)
@@ -95,7 +136,9 @@ def test_one_local_round_equals_the_hand_computation(form, step):
         for k, v in client.items()
     }  # a client whose extractor and head differ from the global ones
     reply, new = local_update(method, method.payload(server, 0, 0), client, data, 0)
-    tg, ti, phi, mu = by_hand(server, client, method.random_head(), data, 3, 0.5, form, step)
+    tg, ti, phi, mu = by_hand(
+        server, client, method.random_head(), data, 3, 0.5, form, step, momentum, weight_decay, mu_gradient
+    )
     assert torch.allclose(reply["body.0.weight"], tg[0], atol=1e-6) and torch.allclose(
         reply["body.0.bias"], tg[1], atol=1e-6
     )

@@ -140,6 +140,22 @@ def test_fedbabu_head_is_fixed_random_and_never_uploaded():
     assert not torch.equal(tuned.head.weight, method.initial_state()["head.weight"])  # fine-tuning moves the head
 
 
+def test_fedbabu_body_steps_equal_hand_computed_sgd_under_the_fixed_initial_head():
+    method = make(
+        "fedbabu", batch_size=8, lr=0.1, local_epochs=2
+    )  # two full-batch steps: the head would move after one
+    server, data = method.init_server(), tiny_data(n=8)
+    head = method.initial_state()
+    w, b = server["body.0.weight"].clone(), server["body.0.bias"].clone()
+    for _ in range(2):
+        params = [w.requires_grad_(), b.requires_grad_()]
+        logits = torch.relu(data.train_x @ params[0].T + params[1]) @ head["head.weight"].T + head["head.bias"]
+        grads = torch.autograd.grad(F.cross_entropy(logits, data.train_y), params)
+        w, b = (w - 0.1 * grads[0]).detach(), (b - 0.1 * grads[1]).detach()
+    reply, _ = local_update(method, server, method.init_client(0, data), data, 0)
+    assert torch.allclose(reply["body.0.weight"], w, atol=1e-6) and torch.allclose(reply["body.0.bias"], b, atol=1e-6)
+
+
 def test_fedavg_ft_fine_tunes_before_evaluation_only():
     method = make("fedavg-ft", params={"ft_epochs": 2})
     server, data = method.init_server(), tiny_data()
