@@ -299,3 +299,19 @@ def test_runs_through_the_engine_on_worker_processes_and_learns(tmp_path, name):
     cfg = synthetic(method={"name": name, **params}, train={"rounds": rounds}, run={"workers": 2})
     summary = run_experiment(cfg, tmp_path, progress=False)
     assert summary["best_acc"] > 0.4, summary  # well above the untrained model (about 0.12)
+
+
+def test_pfedhn_after_local_model_is_the_generated_model_after_its_local_step():
+    """eval.point after-local measures the generated weights plus the client's own update (the reply's delta): one
+    full-batch SGD step from the broadcast model, written out."""
+    method = make("pfedhn", params={"embed_dim": 3, "hidden": 8, "hidden_layers": 1}, batch_size=8, lr=LR)
+    server, data = method.init_server(), tiny_data(n=8)
+    payload = method.payload(server, 0, 0)
+    reply, client = local_update(method, payload, method.init_client(0, data), data, 0)
+    model = method.load(payload)  # the method's one working model: the step is taken out before it is reloaded
+    grads = torch.autograd.grad(F.cross_entropy(model(data.train_x), data.train_y), list(model.parameters()))
+    expected = {name: (p - LR * g).detach().clone() for (name, p), g in zip(model.named_parameters(), grads)}
+    trained = method.trained_model(reply, client, payload, data, 0).state_dict()
+    for name, value in expected.items():
+        assert torch.allclose(trained[name], value, atol=1e-6), name
+        assert not torch.equal(trained[name], payload[name]), name  # the update is in it, not the broadcast alone
