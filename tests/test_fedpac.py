@@ -260,3 +260,33 @@ def test_fedgh_server_trains_the_global_head_on_class_means():
 def test_prototype_methods_run_through_the_engine(tmp_path, name):
     summary = run_experiment(synthetic(method={"name": name}), tmp_path, progress=False)
     assert summary["last_acc"] > 0.5
+
+
+def test_fedgh_server_step_equals_sgd_over_the_present_class_means_by_hand():
+    """The global head's SGD runs over (class mean, class) of every replying client, in client order, skipping a class
+    a client does not hold (its mean is not a feature); batches drawn with the server's seeded order."""
+    from pfedkit.seeding import torch_generator
+
+    lr, bs = 0.5, 4
+    method = make("fedgh", params={"server_lr": lr, "server_epochs": 2}, batch_size=bs)
+    replies = fedpac_replies(method)
+    replies[3]["proto_counts"] = torch.tensor([2, 0])  # client 3 holds no sample of class 1
+    replies[3]["protos"][1] = 7.0  # what an absent class's row holds must not matter
+    server = method.init_server()
+    features = torch.stack(
+        [replies[0]["protos"][0], replies[0]["protos"][1], replies[3]["protos"][0]]
+        + [replies[7]["protos"][0], replies[7]["protos"][1]]
+    )
+    labels = torch.tensor([0, 1, 0, 0, 1])
+    w, b = server["head.weight"].clone(), server["head.bias"].clone()
+    gen = torch_generator(method.ctx.seed, 0, -1, "fedgh-server")
+    for _ in range(2):
+        order = torch.randperm(len(labels), generator=gen)
+        for start in range(0, len(labels), bs):
+            idx = order[start : start + bs]
+            params = [w.requires_grad_(), b.requires_grad_()]
+            loss = F.cross_entropy(features[idx] @ params[0].T + params[1], labels[idx])
+            gw, gb = torch.autograd.grad(loss, params)
+            w, b = (w - lr * gw).detach(), (b - lr * gb).detach()
+    after = method.aggregate(server, replies, round=0)
+    assert torch.allclose(after["head.weight"], w, atol=1e-6) and torch.allclose(after["head.bias"], b, atol=1e-6)
