@@ -654,9 +654,22 @@ class Simulation(RoundLoop):
         return record
 
     def summary_extra(self) -> dict[str, Any]:
-        """Which copy of the data the run read, where a data set has several, and the checksum of what it loaded."""
+        """Which copy of the data the run read, where a data set has several, the checksum of what it loaded, and the
+        server's data (its proxy's name and size)."""
         origin = {"data_origin": self.fed.origin, "data_file_sha256": self.fed.origin_sha256} if self.fed.origin else {}
-        return {**origin, "data_checksum": self.config.data.checksum, "training": self.training_paths()}
+        server = self.fed.server  # what the server distilled on and validated with ([proxy]), when it had data
+        held = (
+            {
+                "server_data": {
+                    "proxy": server.proxy_name,
+                    "proxy_samples": len(server.proxy_y),
+                    "validation_samples": len(server.val_y),
+                }
+            }
+            if server is not None
+            else {}
+        )
+        return {**origin, **held, "data_checksum": self.config.data.checksum, "training": self.training_paths()}
 
 
 def simulate(config: Config, out: str | Path, options: Optional[RunOptions] = None, **fields: Any) -> dict[str, Any]:
