@@ -17,22 +17,19 @@ from pfedkit.experiments.reproduce import results_folder
 HERE = Path(__file__).resolve().parent
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
+def repo_args(args: list[str]) -> list[str]:
+    """`pfedkit reproduce` arguments with this repository's folders. The suite and scale are read as the command
+    reads them, so an option's value (`--seeds 0,1 SUITE`, `--scale long SUITE`) is never taken for the suite."""
+    parsed = main.commands["reproduce"].make_context("reproduce", list(args), resilient_parsing=True).params
+    suite, scale = parsed.get("suite"), parsed.get("scale") or "small"
     if "--claims" in args:  # every suite's: written into the document; one suite's: printed
-        whole = not any(not a.startswith("-") for a in args)
-        main(
-            [
-                "reproduce",
-                *args,
-                "--out",
-                str(HERE / "results"),
-                *(["--update", str(HERE.parent / "docs" / "REPRODUCTION.md")] if whole else []),
-            ]
-        )
-    suite = next((a for a in args if not a.startswith("-")), None)
+        update = [] if suite else ["--update", str(HERE.parent / "docs" / "REPRODUCTION.md")]
+        return ["reproduce", *args, "--out", str(HERE / "results"), *update]
     defaults = ["--data-root", str(HERE.parents[1] / "shared" / "data")]
     if suite:
-        scale = next((b for a, b in zip(args, args[1:]) if a == "--scale"), "small")
         defaults += ["--out", str(HERE / "results" / results_folder(suite, scale))]
-    main(["reproduce", *(args[:1] if suite == args[0] else []), *defaults, *args[1 if suite == args[0] else 0 :]])
+    return ["reproduce", *args, *defaults]
+
+
+if __name__ == "__main__":
+    main(repo_args(sys.argv[1:]))

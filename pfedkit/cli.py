@@ -74,7 +74,13 @@ class Group(click.Group):
         except PfedkitError as err:
             _fail(err)
         except KeyboardInterrupt:  # Ctrl-C: the runs keep what their checkpoints hold
-            click.echo("interrupted: every run keeps its last checkpoint; continue with --resume", err=True)
+            how = {
+                "run": "continue with --resume",
+                "compare": "continue with --resume",
+                "reproduce": "run the same command again to continue (finished cells are kept)",
+                "tune": "run the same command again to continue the study",
+            }.get(ctx.invoked_subcommand or "", "")
+            click.echo(f"interrupted{': every run keeps its last checkpoint; ' + how if how else ''}", err=True)
             sys.exit(130)
         except OSError as err:  # a full disk, a read-only folder: a message, not a traceback (PFEDKIT_DEBUG=1 shows it)
             if os.environ.get("PFEDKIT_DEBUG"):
@@ -196,7 +202,9 @@ def compare(
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     if twice := sorted({m for m in names if names.count(m) > 1}):
-        raise click.BadParameter(f"{methods!r} names {', '.join(twice)} more than once; give each method once")
+        raise click.BadParameter(
+            f"{methods!r} names {', '.join(twice)} more than once; give each method once", param_hint="--methods"
+        )
     table, plot = run_comparison(
         config, names, seeds, Path(out), with_root(overrides, root), resume=resume, progress=not quiet
     )
@@ -351,7 +359,7 @@ def data_check(name: str, root: Optional[str]) -> None:
     "--threads",
     default=1,
     show_default=True,
-    type=int,
+    type=click.IntRange(min=0),
     help="torch CPU threads (small batches run fastest on one; 0 = torch's default)",
 )
 @click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a GPU")
@@ -408,8 +416,8 @@ def pretrain(
     "--scale",
     default="small",
     show_default=True,
-    help="small: what finishes here in about two hours; full: the paper's setting; a suite may define "
-    "others (--list shows them)",
+    help="small: a reduced setting that runs on a CPU; others per suite (full or paper: the paper's setting, "
+    "long: more rounds); --list shows each suite's scales and times",
 )
 @click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
 @click.option(
@@ -417,8 +425,8 @@ def pretrain(
     "out",
     default=None,
     type=click.Path(file_okay=False),
-    help="default runs/reproduce/SUITE (SUITE_SCALE beyond the small scale); with --claims, the folder "
-    "holding those (default runs/reproduce)",
+    help="default runs/reproduce/SUITE with dashes as underscores (e.g. runs/reproduce/fedafk_table3; "
+    "SUITE_SCALE beyond the small scale); with --claims, the folder holding those (default runs/reproduce)",
 )
 @click.option("--rows", default=None, help="comma-separated rows to run (the table shows every finished row)")
 @click.option("--columns", default=None, help="comma-separated columns to run")
@@ -501,9 +509,12 @@ def reproduce(
     if update and not claims:
         raise click.UsageError("--update writes the claims table: add --claims")
     if claims:
-        table = claims_table(
-            Path(out) if out else Path("runs") / "reproduce", [SUITES[suite]] if suite else list(SUITES.values())
-        )
+        results = Path(out) if out else Path("runs") / "reproduce"
+        if not results.is_dir():
+            raise click.BadParameter(
+                f"{results} is not a folder: give the --out your suites ran into", param_hint="--out"
+            )
+        table = claims_table(results, [SUITES[suite]] if suite else list(SUITES.values()))
         click.echo("\n".join(table))
         if update and not update_claims(Path(update), table):
             raise click.UsageError(
@@ -557,7 +568,13 @@ def reproduce(
     type=float,
     help="share of each client's training data held out to score trials (never the test split)",
 )
-@click.option("--last-k", default=5, show_default=True, type=int, help="score: mean accuracy of the last k evaluations")
+@click.option(
+    "--last-k",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="score: mean accuracy of the last k evaluations",
+)
 @click.option(
     "--seeds",
     default="0",
@@ -583,7 +600,7 @@ def tune(
 ) -> None:
     """Search a method's hyper-parameters on a validation split (Optuna), then re-run the best on the test split."""
     from pfedkit.config import apply_overrides
-    from pfedkit.experiments.pipeline import method_config
+    from pfedkit.experiments.pipeline import check_method_overrides, method_config
     from pfedkit.registry import read_config_file
     from pfedkit.tune import Tuner
 
@@ -591,6 +608,7 @@ def tune(
     method = method or raw.get("method", {}).get("name")
     if not method:
         raise click.UsageError("name the method to tune: --method NAME, or method.name in the config")
+    check_method_overrides(raw, with_root(overrides, root), [method])
     cfg = method_config(raw, method, raw.get("run", {}).get("seed", 0))  # the config's values apply to its own method
     tuner = Tuner(
         cfg,

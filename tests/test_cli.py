@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from pfedkit.cli import main
@@ -139,3 +142,42 @@ def test_the_line_on_how_clients_trained_names_paths_steps_and_tf32():
     assert "TF32" not in describe_training({**record, "tf32": {"convolutions": False, "matmul": False}})
     together = describe_training({**record, "trained_together": 3})
     assert "(10 eager, 90 replayed), shared by 3 runs trained as one;" in together
+
+
+DIGITS = Path(__file__).resolve().parent.parent / "examples" / "digits.toml"
+
+
+def test_a_method_override_no_compared_method_gets_is_refused_before_training(tmp_path):
+    """compare and tune apply [method] keys to the config's own method only: a --set for it that no method run gets
+    would be dropped silently, so it is an error naming the key and the fix."""
+    config = DIGITS  # its method is fedper
+    out = tmp_path / "c"
+    result = invoke("compare", config, "--methods", "fedprox", "--set", "method.mu=0.5", "--out", out)
+    assert result.exit_code == 2 and "method.mu" in result.output and "method.name=" in result.output
+    assert not out.exists()
+    result = invoke("tune", config, "--method", "fedprox", "--set", "method.mu=0.5", "--out", tmp_path / "t")
+    assert result.exit_code == 2 and "method.mu" in result.output
+
+
+def test_bad_numbers_and_folders_are_refused_naming_the_option(tmp_path):
+    result = invoke("tune", DIGITS, "--last-k", "0", "--out", tmp_path / "t")
+    assert result.exit_code == 2 and "--last-k" in result.output
+    result = invoke("reproduce", "--claims", "--out", tmp_path / "nowhere")
+    assert result.exit_code == 2 and "--out" in result.output and "not a folder" in result.output
+    result = invoke("compare", DIGITS, "--methods", "fedavg,fedavg", "--out", tmp_path / "c")
+    assert result.exit_code == 2 and "--methods" in result.output
+
+
+def test_flower_limits_name_the_option_and_min_replies_cannot_exceed_the_clients(tmp_path):
+    from pfedkit.errors import ConfigError
+    from pfedkit.flower.settings import RunSettings
+    from pfedkit.registry import load_config
+
+    config = load_config(None, ["partition.clients=4"])
+    for kwargs, named in (
+        ({"min_replies": 0}, "min-replies=0"),
+        ({"round_timeout": -1.0}, "round-timeout=-1.0"),
+        ({"min_replies": 5}, "min-replies=5 exceeds partition.clients=4"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            RunSettings(config, tmp_path / "out", **kwargs)

@@ -424,3 +424,22 @@ def test_the_table_says_how_often_server_distillation_was_kept(tmp_path):
         "validation +2.00 points on average when kept"
     ]
     assert distillation_lines(tmp_path / "dir0.1" / "fedper") == []
+
+
+def test_the_repository_script_finds_the_suite_wherever_the_options_stand():
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("repo_reproduce", repo / "benchmarks" / "reproduce.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    results = repo / "benchmarks" / "results"
+    for args, folder in (
+        (["--seeds", "0,1", "fedafk-table3"], "fedafk_table3"),
+        (["--scale", "long", "fedafk-cifar10", "--rows", "fedafk"], "fedafk_cifar10_long"),
+        (["heart-cifar100", "--scale", "long"], "heart_cifar100_long"),
+    ):
+        built = script.repo_args(args)
+        assert built[built.index("--out") + 1] == str(results / folder), args
+    assert "--update" in script.repo_args(["--claims", "--scale", "long"])  # every suite's table, into the document
+    assert "--update" not in script.repo_args(["--claims", "heart-table1"])

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 from pfedkit.config import EvalSection, apply_overrides
 from pfedkit.errors import ConfigError
-from pfedkit.experiments.pipeline import run_folder
+from pfedkit.experiments.pipeline import check_method_overrides, run_folder
 from pfedkit.experiments.reproduce import run_cells
 from pfedkit.experiments.suite import Column, Scale, Suite
 from pfedkit.io import atomic_write_csv, atomic_write_text
@@ -126,6 +126,7 @@ def run_comparison(
     progress: bool = True,
 ) -> tuple[str, Path]:
     raw = apply_overrides(read_config_file(config_path), overrides)  # method.module beside the config file
+    check_method_overrides(raw, overrides, methods)
     path = Path(config_path)
     return compare_configs(raw, methods, seeds, out, resume=resume, progress=progress, title=path.stem)
 

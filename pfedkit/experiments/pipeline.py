@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from pfedkit.config import Config, merge
 from pfedkit.data.federated import build_federated
@@ -43,6 +43,19 @@ def method_config(base: dict[str, Any], method: str, seed: int) -> Config:
     return build_config(
         merge({k: v for k, v in base.items() if k != "method"}, {"method": section, "run": {"seed": seed}})
     )
+
+
+def check_method_overrides(raw: dict[str, Any], overrides: Sequence[str], methods: Sequence[str]) -> None:
+    """A `--set method.KEY=...` reaches only the config's own method (method_config): refuse one that no method of
+    this command runs, rather than train without it."""
+    named = raw.get("method", {}).get("name")
+    keys = [o.split("=", 1)[0].strip() for o in overrides if o.strip().startswith("method.")]
+    lost = [k for k in keys if k.split(".", 1)[1] not in ("name", "module", "source")]
+    if lost and named not in methods:
+        raise ConfigError(
+            f"--set {', '.join(lost)} sets the hyper-parameters of the config's method ({named or 'none named'}), "
+            f"which is not among those run ({', '.join(methods)}); add --set method.name=<the method they are for>"
+        )
 
 
 def config_changes(saved: Path, config: Config) -> list[str]:

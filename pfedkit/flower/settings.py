@@ -43,11 +43,23 @@ class RunSettings:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", self.run_name):
             raise ConfigError(f"run-name {self.run_name!r}: use letters, digits, '.', '_' or '-' (it names folders)")
-        if self.min_replies < 1 or self.round_timeout <= 0 or self.connect_timeout <= 0 or self.min_clients < 0:
-            raise ConfigError("min-replies must be >= 1, min-clients >= 0, and the timeouts positive")
+        wrong = [
+            f"{name}={value} (must be {rule})"
+            for name, value, bad, rule in (
+                ("min-replies", self.min_replies, self.min_replies < 1, ">= 1"),
+                ("min-clients", self.min_clients, self.min_clients < 0, ">= 0"),
+                ("round-timeout", self.round_timeout, self.round_timeout <= 0, "positive"),
+                ("connect-timeout", self.connect_timeout, self.connect_timeout <= 0, "positive"),
+            )
+            if bad
+        ]
+        if wrong:
+            raise ConfigError(", ".join(wrong))
         clients = self.config.partition.clients
         if self.min_clients > clients:
             raise ConfigError(f"min-clients={self.min_clients} exceeds partition.clients={clients}")
+        if self.min_replies > clients:  # no round could ever aggregate
+            raise ConfigError(f"min-replies={self.min_replies} exceeds partition.clients={clients}")
 
     @property
     def wait_for(self) -> int:
