@@ -387,6 +387,10 @@ def pretrain(
     if threads > 0:
         torch.set_num_threads(threads)
 
+    if bad := [o for o in options if "=" not in o]:
+        raise click.BadParameter(
+            f"{', '.join(bad)}: give KEY=VALUE, e.g. --option widths=[8,16,32,64]", param_hint="--option"
+        )
     parsed = {path[-1]: value for path, value in (parse_override(f"model.{o}") for o in options)}
     result = pretrain_backbone(
         dataset,

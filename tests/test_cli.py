@@ -181,3 +181,8 @@ def test_flower_limits_name_the_option_and_min_replies_cannot_exceed_the_clients
     ):
         with pytest.raises(ConfigError, match=re.escape(named)):
             RunSettings(config, tmp_path / "out", **kwargs)
+
+
+def test_pretrain_option_without_a_value_names_its_own_flag(tmp_path):
+    result = invoke("pretrain", "--dataset", "digits", "--out", tmp_path / "p.pt", "--option", "widths")
+    assert result.exit_code == 2 and "--option" in result.output and "--set" not in result.output
