@@ -608,11 +608,12 @@ def tune(
     from pfedkit.registry import read_config_file
     from pfedkit.tune import Tuner
 
-    raw = apply_overrides(read_config_file(config), with_root(overrides, root))  # method.module beside the file
+    given = with_root(overrides, root)
+    raw = apply_overrides(read_config_file(config), given)  # method.module beside the file
     method = method or raw.get("method", {}).get("name")
     if not method:
         raise click.UsageError("name the method to tune: --method NAME, or method.name in the config")
-    check_method_overrides(raw, with_root(overrides, root), [method])
+    check_method_overrides(raw, given, [method])
     cfg = method_config(raw, method, raw.get("run", {}).get("seed", 0))  # the config's values apply to its own method
     tuner = Tuner(
         cfg,

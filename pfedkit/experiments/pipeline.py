@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from pfedkit.config import Config, merge
+from pfedkit.config import Config, merge, parse_override
 from pfedkit.data.federated import build_federated
 from pfedkit.engine.cohort import cohort_settings
 from pfedkit.engine.divergence import Diverged
@@ -49,8 +49,8 @@ def check_method_overrides(raw: dict[str, Any], overrides: Sequence[str], method
     """A `--set method.KEY=...` reaches only the config's own method (method_config): refuse one that no method of
     this command runs, rather than train without it."""
     named = raw.get("method", {}).get("name")
-    keys = [o.split("=", 1)[0].strip() for o in overrides if o.strip().startswith("method.")]
-    lost = [k for k in keys if k.split(".", 1)[1] not in ("name", "module", "source")]
+    paths = [parse_override(o)[0] for o in overrides]  # the overrides' own parser: keys as apply_overrides sees them
+    lost = [".".join(p) for p in paths if p[0] == "method" and p[1] not in ("name", "module", "source")]
     if lost and named not in methods:
         raise ConfigError(
             f"--set {', '.join(lost)} sets the hyper-parameters of the config's method ({named or 'none named'}), "
