@@ -109,6 +109,25 @@ def test_fedala_mixes_higher_layers_by_learned_weights_and_takes_lower_layers_fr
     assert bool(((extra["ala_weight.head.weight"] > 0) & (extra["ala_weight.head.weight"] < 1)).any())
 
 
+def test_fedala_after_local_model_is_the_adapted_model_after_one_sgd_step_by_hand():
+    """eval.point after-local sees ALA's start model trained by the round's local step, not ALA's start model alone
+    (its personalized_model) and not the broadcast weights with the reply in them."""
+    method = make("fedala", params={"eta": 2.0, "sample_percent": 100}, batch_size=8, lr=LR)
+    data, server = tiny_data(n=8), method.init_server()
+    g = torch.Generator().manual_seed(6)
+    local = {k: v + 0.5 * torch.randn(v.shape, generator=g) for k, v in server.items()}
+    start = {"ala_weight." + k: torch.rand(v.shape, generator=g) for k, v in server.items() if k.startswith("head")}
+    client = {**local, **start, "first_phase": 0}
+    adapted = {k: v.clone() for k, v in method.adapt(server, client, data, round=3)[0].state_dict().items()}
+    p = leaf(adapted)
+    expected = sgd(p, F.cross_entropy(forward(p, data.train_x)[1], data.train_y))  # one batch of all 8 samples
+    reply, after = local_update(method, server, client, data, round=3)
+    trained = method.trained_model(reply, after, server, data, 3).state_dict()
+    for k in server:
+        torch.testing.assert_close(trained[k], expected[k], atol=1e-6, rtol=0)
+    assert not torch.allclose(trained["head.weight"], adapted["head.weight"])  # the local step is in it
+
+
 def test_fedala_weights_stay_with_their_client_and_never_travel():
     method = make("fedala")
     server = method.init_server()

@@ -304,3 +304,53 @@ def test_mu_is_on_record_each_round(tmp_path):
     assert float(last["mu_min"]) == pytest.approx(min(mus)) and float(last["mu_max"]) == pytest.approx(max(mus))
     assert float(last["mu_mean"]) == pytest.approx(sum(mus) / len(mus))
     assert rows[3]["mu_mean"] == ""  # the final, evaluation-only round trains nobody
+
+
+def test_batchnorm_statistics_are_mixed_with_mu_or_kept_as_the_personal_extractor_left_them():
+    """mix_buffers: the personal extractor's running statistics are mixed as mu * its own + (1 - mu) * the trained
+    global extractor's (Alg. 1 line 12 applied to buffers too), or kept (off); training itself uses batch
+    statistics, so the weights and mu come out the same either way."""
+    from torch import nn
+
+    from pfedkit.methods import METHODS
+    from pfedkit.models.base import SplitModel
+    from pfedkit.records import MethodContext, TrainSettings
+
+    def with_batchnorm():
+        return SplitModel(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU()), nn.Linear(3, 2), 3)
+
+    def one_round(mix):
+        cls = METHODS["fedafk"]
+        ctx = MethodContext(with_batchnorm, TrainSettings(local_epochs=1, batch_size=4, lr=LR), num_classes=2, seed=3)
+        method = cls(cls.validate_params({"mix_buffers": mix}), ctx)
+        data, server = tiny_data(n=8), method.init_server()
+        gen = torch.Generator().manual_seed(1)
+        client = {  # a client whose extractor, head and statistics differ from the global ones
+            k: (v + 0.3 * torch.rand(v.shape, generator=gen) if torch.is_floating_point(v) else v)
+            if isinstance(v, torch.Tensor)
+            else v
+            for k, v in method.init_client(0, data).items()
+        }
+        return local_update(method, method.payload(server, 0, 0), client, data, 0)
+
+    reply, new = one_round(True)
+    _, unmixed = one_round(False)
+    mu = new["mu"]
+    assert 0 < mu < 1
+    for k in ("body.0.weight", "head.weight"):
+        assert torch.equal(new[k], unmixed[k]), k
+    # the head epoch after the mix runs the frozen extractor in training mode, so each of its two batches moves the
+    # statistics: s <- 0.9 s + 0.1 batch statistic (BatchNorm's momentum 0.1; the unbiased batch variance)
+    x = tiny_data(n=8).train_x
+    linear = x @ new["body.0.weight"].T + new["body.0.bias"]
+    order = torch.randperm(8, generator=torch_generator(3, 0, 0, "head-0"))
+    batches = [linear[order[:4]], linear[order[4:]]]
+    moved = {
+        "body.1.running_mean": 0.09 * batches[0].mean(0) + 0.1 * batches[1].mean(0),
+        "body.1.running_var": 0.09 * batches[0].var(0) + 0.1 * batches[1].var(0),
+    }
+    for k, added in moved.items():
+        own = (unmixed[k] - added) / 0.81  # the personal extractor's statistics as steps (a)-(c) left them
+        start = mu * own + (1 - mu) * reply[k]
+        torch.testing.assert_close(new[k], 0.81 * start + added, atol=1e-5, rtol=0)
+        assert not torch.allclose(own, reply[k], atol=1e-3)  # the two extractors' statistics differ: the mix shows

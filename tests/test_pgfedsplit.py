@@ -113,6 +113,22 @@ def test_a_longer_gap_leans_further_toward_the_aggregated_head():
     assert after["last_adapted"] == 10
 
 
+def test_after_local_model_is_the_trained_body_and_head_of_a_round_that_delivered_a_head():
+    """eval.point after-local in a round that delivers a head: {theta, phi_i} as trained, the delivered head mixed
+    in before training; not the broadcast body with the client's head (what the evaluation-time reading loads)."""
+    method = make("pgfedsplit", params={"gap_weight": 0.5})
+    data = tiny_data(n=40)
+    payload = head_payload(method, method.init_server())
+    reply, after = local_update(method, payload, method.init_client(0, data), data, round=10)
+    assert "alpha" in reply  # the head was delivered and mixed in this round
+    model = method.trained_model(reply, after, payload, data, 10)
+    trained = {k: v.clone() for k, v in model.state_dict().items()}  # the method's working model is reused below
+    for k in ("body.0.weight", "body.0.bias", "head.weight", "head.bias"):
+        assert torch.equal(trained[k], reply[k]), k
+    broadcast_body = method.personalized_model(after, payload, data, 10).state_dict()
+    assert not torch.equal(trained["body.0.weight"], broadcast_body["body.0.weight"])  # the local step is in it
+
+
 def test_the_server_aggregates_heads_every_period_and_a_client_that_missed_one_gets_the_next_with_its_gap():
     method = make("pgfedsplit", params={"period_init": 2, "adaptive_period": False})
     data = {cid: tiny_data(cid, n=16) for cid in (0, 1)}
