@@ -24,7 +24,7 @@ def repo_args(args: list[str]) -> list[str]:
     suite, scale = parsed.get("suite"), parsed.get("scale") or "small"
     if "--claims" in args:  # every suite's: written into the document; one suite's: printed
         update = [] if suite else ["--update", str(HERE.parent / "docs" / "REPRODUCTION.md")]
-        return ["reproduce", *args, "--out", str(HERE / "results"), *update]
+        return ["reproduce", *args, "--out", str(HERE / "results"), "--repo-script", *update]
     defaults = ["--data-root", str(HERE.parents[1] / "shared" / "data")]
     if suite:
         defaults += ["--out", str(HERE / "results" / results_folder(suite, scale))]

@@ -476,6 +476,12 @@ def pretrain(
     type=click.Path(exists=True, dir_okay=False),
     help="with --claims: write the table into this markdown file, between its generated-table markers",
 )
+@click.option(
+    "--repo-script",
+    is_flag=True,
+    hidden=True,
+    help="with --claims: suggest benchmarks/reproduce.py (it passes this for the committed table)",
+)
 def reproduce(
     suite: Optional[str],
     show_list: bool,
@@ -495,6 +501,7 @@ def reproduce(
     quiet: bool,
     claims: bool,
     update: Optional[str],
+    repo_script: bool,
 ) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
     from pfedkit.experiments.reproduce import (
@@ -518,7 +525,7 @@ def reproduce(
             raise click.BadParameter(
                 f"{results} is not a folder: give the --out your suites ran into", param_hint="--out"
             )
-        table = claims_table(results, [SUITES[suite]] if suite else list(SUITES.values()))
+        table = claims_table(results, [SUITES[suite]] if suite else list(SUITES.values()), repo_script)
         click.echo("\n".join(table))
         if update and not update_claims(Path(update), table):
             raise click.UsageError(

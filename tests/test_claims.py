@@ -314,7 +314,7 @@ def test_the_claims_table_in_the_document_is_the_one_the_committed_runs_generate
     from pfedkit.experiments.suites import SUITES
 
     block, _ = generated_claims((REPO / "docs" / "REPRODUCTION.md").read_text())
-    expected = claims_table(REPO / "benchmarks" / "results", list(SUITES.values()))
+    expected = claims_table(REPO / "benchmarks" / "results", list(SUITES.values()), repo_script=True)
     assert block.strip().splitlines() == expected, "run `python benchmarks/reproduce.py --claims` and commit"
 
 
@@ -399,7 +399,7 @@ def test_every_claim_has_a_line_a_claim_without_runs_or_without_a_column_says_wh
     lines = claims_table_in(tmp_path, suite)
     body = "\n".join(lines)
     assert "| a above b in other | - | not run | no finished runs of a, b in column other" in body
-    assert "--columns other --rows a,b` runs them" in body
+    assert f"--columns other --rows a,b --out {tmp_path.parent / 'results' / 'toy'}` runs them" in body
     assert "| a costs less | - | not run | a cost: not judged here |" in body
 
 
@@ -800,7 +800,11 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
     from pfedkit.experiments.reproduce import claims_table
 
     owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
-    assert "- `toy#1`: holds on 1 seed (a vs b): `python benchmarks/reproduce.py toy --columns col --rows a,b " in owed
+    # the command runs the missing seeds into the folder this table read
+    command = f"`pfedkit reproduce toy --columns col --rows a,b --out {root / 'toy'} --seeds 0,1,2`"
+    assert f"- `toy#1`: holds on 1 seed (a vs b): {command}" in owed
+    in_repo = "\n".join(claims_table(root, [suite], repo_script=True)).partition("Lines owed seeds")[2]
+    assert "(a vs b): `python benchmarks/reproduce.py toy --columns col --rows a,b --seeds 0,1,2`" in in_repo
     assert "- `toy#2`: cannot tell on 1 seed, 80% of the way (c vs d)" in owed  # +0.8 of a 1.0 bar
     assert "toy#3" not in owed  # +0.2: far from deciding
     for seed in (1, 2):
@@ -1135,7 +1139,7 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
         flat_run(root / "toy" / "col" / "a" / f"seed{seed}", 0.58)
     flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
     owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])).partition("Lines owed seeds")[2]
-    assert "- `toy#1`: holds on 1 seed (a vs b): `python benchmarks/reproduce.py toy" in owed
+    assert "- `toy#1`: holds on 1 seed (a vs b): `pfedkit reproduce toy" in owed
     for seed in (1, 2):  # b diverged on seeds 1 and 2: its result there; no command can add a seed
         (root / "toy" / "col" / "b" / f"seed{seed}").mkdir(parents=True)
         (root / "toy" / "col" / "b" / f"seed{seed}" / "diverged.json").write_text('{"round": 3}')
@@ -1196,7 +1200,8 @@ def test_a_within_claim_names_the_cell_not_run_and_columns_run_on_other_seeds_ca
     columns = {"col": Column("col"), "ref": Column("ref")}
     table = claims_table(root, [toy_suite(claims, ("n", "n-repeat1"), columns=columns)])
     line = {n: next(x for x in table if x.endswith(f"`toy#{n}` |")) for n in (1, 2)}
-    assert "not run | no finished runs of a in column ref; `python benchmarks/reproduce.py toy --columns ref" in line[1]
+    command = f"`pfedkit reproduce toy --columns ref --rows a --out {root / 'toy'}`"
+    assert f"not run | no finished runs of a in column ref; {command}" in line[1]
     assert "**cannot tell**" in line[2] and "no seed finished in both columns (col: seed0; ref: seed1)" in line[2]
 
 

@@ -159,6 +159,14 @@ def test_a_method_override_no_compared_method_gets_is_refused_before_training(tm
     assert result.exit_code == 2 and "method.mu" in result.output
 
 
+def test_the_claims_table_of_a_users_folder_suggests_commands_that_run_into_it(tmp_path):
+    result = invoke("reproduce", "--claims", "heart-table1", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "heart_table1"
+    expected = f"`pfedkit reproduce heart-table1 --columns in-domain --rows heart-pfl,perada --out {folder}`"
+    assert expected in result.output and "benchmarks/reproduce.py" not in result.output
+
+
 def test_bad_numbers_and_folders_are_refused_naming_the_option(tmp_path):
     result = invoke("tune", DIGITS, "--last-k", "0", "--out", tmp_path / "t")
     assert result.exit_code == 2 and "--last-k" in result.output

@@ -443,3 +443,5 @@ def test_the_repository_script_finds_the_suite_wherever_the_options_stand():
         assert built[built.index("--out") + 1] == str(results / folder), args
     assert "--update" in script.repo_args(["--claims", "--scale", "long"])  # every suite's table, into the document
     assert "--update" not in script.repo_args(["--claims", "heart-table1"])
+    assert "--repo-script" in script.repo_args(["--claims"])  # its table suggests this script, not `pfedkit reproduce`
+    assert "--repo-script" not in script.repo_args(["heart-table1"])

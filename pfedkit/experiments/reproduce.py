@@ -587,9 +587,12 @@ def evidence_or_why(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[
         )
 
 
-def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
+def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False) -> list[str]:
     """The generated table of where each paper's claims stand: one line per claim and scale whose results folder
-    under `root` holds runs (`results_folder`), judged by the rules of `experiments.claims`."""
+    under `root` holds runs (`results_folder`), judged by the rules of `experiments.claims`. The commands it
+    suggests run into `root` (`pfedkit reproduce ... --out`), or, with `repo_script`, are this repository's
+    benchmarks/reproduce.py, which runs into its committed results."""
+    runs_root = None if repo_script else root
     lines = [
         "| paper | claim | judges | verdict | numbers and the rule that decided | scale, rounds | id |",
         "|---|---|---|---|---|---|---|",
@@ -639,10 +642,17 @@ def claims_table(root: Path, suites: Sequence[Suite]) -> list[str]:
                 verdict = f"**{judgement.verdict}**"
                 lines.append(line(judgement.judges, verdict, judgement.detail, f"{where}, {rounds}", label))
                 owed += seeds_owed(
-                    suite, claim_id(suite, number, label), scale, on_gpu, judgement, judged_on, judged_on.point(claim)
+                    suite,
+                    claim_id(suite, number, label),
+                    scale,
+                    on_gpu,
+                    judgement,
+                    judged_on,
+                    judged_on.point(claim),
+                    runs_root,
                 )
             if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
-                reason = not_run_reason(suite, claim, list(missing) if evidence else None)
+                reason = not_run_reason(suite, claim, list(missing) if evidence else None, runs_root)
                 lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged) if r]), "-"))
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
     return lines + (["", OWED_HEADING, "", *owed] if owed else [])
@@ -665,6 +675,7 @@ def seeds_owed(
     judgement: Judgement,
     evidence: Optional[Evidence] = None,
     point: Optional[str] = None,
+    runs_root: Optional[Path] = None,
 ) -> list[str]:
     """The owed-seeds entry of a judged line (none when it rests on LEADING_SEEDS seeds, or is far from deciding):
     the comparisons that decide it and the command that runs their other seeds; where every one of those seeds has
@@ -685,7 +696,7 @@ def seeds_owed(
     )
     way = f", {max(b.share or 0 for b in short):.0%} of the way" if not decided else ""
     seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
-    command = suite_command(suite, columns, rows, scale, on_gpu) + seeds_to_run
+    command = suite_command(suite, columns, rows, scale, on_gpu, runs_root) + seeds_to_run
     said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "
     if evidence is not None:  # each cell's seeds that ended: read, or diverged (a result, not run again)
         cells = dict.fromkeys(cell for b in short for cell in b.cells)
@@ -703,9 +714,15 @@ def claim_cells(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(c, r) for c in columns for r in claim_rows(claim)]
 
 
-def not_run_reason(suite: Suite, claim: Mapping[str, Any], missing: Optional[Sequence[tuple[str, str]]] = None) -> str:
-    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command: the
-    `missing` (column, row) cells, those a results folder has no finished or diverged run of (None: every cell)."""
+def not_run_reason(
+    suite: Suite,
+    claim: Mapping[str, Any],
+    missing: Optional[Sequence[tuple[str, str]]] = None,
+    runs_root: Optional[Path] = None,
+) -> str:
+    """Why a claim has no verdict yet: its own `not_run` reason, else the runs it waits for and the command (into
+    `runs_root`, see suite_command): the `missing` (column, row) cells, those a results folder has no finished or
+    diverged run of (None: every cell)."""
     if "not_run" in claim:
         return str(claim["not_run"]).replace("|", "/")
     cells = claim_cells(claim) if missing is None else list(missing)
@@ -714,17 +731,28 @@ def not_run_reason(suite: Suite, claim: Mapping[str, Any], missing: Optional[Seq
     rows, columns = list(dict.fromkeys(r for _, r in cells)), list(dict.fromkeys(c for c, _ in cells))
     return (
         f"no finished runs of {', '.join(rows)} in column {' and '.join(columns)}; "
-        f"`{suite_command(suite, columns, rows)}` runs them"
+        f"`{suite_command(suite, columns, rows, runs_root=runs_root)}` runs them"
     )
 
 
 def suite_command(
-    suite: Suite, columns: Iterable[str], rows: Iterable[str], scale: str = "small", on_gpu: bool = False
+    suite: Suite,
+    columns: Iterable[str],
+    rows: Iterable[str],
+    scale: str = "small",
+    on_gpu: bool = False,
+    runs_root: Optional[Path] = None,
 ) -> str:
-    """The command that runs these cells of a suite (on the lent GPU through device_suite.sh)."""
-    runner = "bash benchmarks/device_suite.sh SECONDS" if on_gpu else "python benchmarks/reproduce.py"
+    """The command that runs these cells of a suite into the results folder that the claims table reads under
+    `runs_root` (a GPU's runs into its own folder, on CUDA); without one, this repository's scripts, which fill
+    in its committed results (on the lent GPU through device_suite.sh)."""
     at_scale = f" --scale {scale}" if scale != "small" else ""
-    return f"{runner} {suite.name}{at_scale} --columns {','.join(columns)} --rows {','.join(rows)}"
+    cells = f"{suite.name}{at_scale} --columns {','.join(columns)} --rows {','.join(rows)}"
+    if runs_root is None:
+        runner = "bash benchmarks/device_suite.sh SECONDS" if on_gpu else "python benchmarks/reproduce.py"
+        return f"{runner} {cells}"
+    folder = runs_root / (results_folder(suite.name, scale) + (GPU_FOLDER_SUFFIX if on_gpu else ""))
+    return f"pfedkit reproduce {cells} --out {folder}" + (" --set run.device=cuda" if on_gpu else "")
 
 
 def claim_id(suite: Suite, number: int, scale: str) -> str:
