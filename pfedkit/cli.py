@@ -381,7 +381,8 @@ def pretrain(
     """Train a backbone centrally on DATASET and save a torchvision-format state dict for model.options.pretrained."""
     import torch
 
-    from pfedkit.config import parse_override
+    from pfedkit.config import override_value
+    from pfedkit.errors import ConfigError
     from pfedkit.experiments.pretrain import pretrain_backbone
 
     if threads > 0:
@@ -391,7 +392,11 @@ def pretrain(
         raise click.BadParameter(
             f"{', '.join(bad)}: give KEY=VALUE, e.g. --option widths=[8,16,32,64]", param_hint="--option"
         )
-    parsed = {path[-1]: value for path, value in (parse_override(f"model.{o}") for o in options)}
+    pairs = [o.split("=", 1) for o in options]
+    try:
+        parsed = {key.strip(): override_value(value, f"--option {key}={value}") for key, value in pairs}
+    except ConfigError as err:
+        raise click.BadParameter(str(err), param_hint="--option") from None
     result = pretrain_backbone(
         dataset,
         model,

@@ -214,11 +214,21 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     path = key.strip().split(".")
     if len(path) < 2 or path[0] not in SECTIONS:
         raise ConfigError(f"--set {text!r}: the key must start with a section, one of: {', '.join(SECTIONS)}")
+    return path, override_value(value, f"--set {text!r}")
+
+
+def override_value(value: str, given: str) -> Any:
+    """A command-line value read as a TOML literal; a bare word is the string itself (`--set data.name=cifar10`).
+    `given` names the option and text in the error."""
     try:
-        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        parsed = value.strip()
-    return path, parsed
+        return tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError as err:
+        if value.strip()[:1] in ("[", "{", '"', "'"):  # meant as an array, table or quoted string: a typo, not a word
+            raise ConfigError(
+                f"{given}: {value.strip()!r} is not a TOML value ({err}); check its brackets and quotes, "
+                "e.g. widths=[8,16,32,64] or name='\"cifar10\"'"
+            ) from None
+        return value.strip()
 
 
 def merge(raw: dict[str, Any], changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -194,3 +194,6 @@ def test_flower_limits_name_the_option_and_min_replies_cannot_exceed_the_clients
 def test_pretrain_option_without_a_value_names_its_own_flag(tmp_path):
     result = invoke("pretrain", "--dataset", "digits", "--out", tmp_path / "p.pt", "--option", "widths")
     assert result.exit_code == 2 and "--option" in result.output and "--set" not in result.output
+    result = invoke("pretrain", "--dataset", "digits", "--out", tmp_path / "p.pt", "--option", "widths=[8,16")
+    assert result.exit_code == 2 and "--option widths=[8,16" in result.output and "not a TOML value" in result.output
+    assert not (tmp_path / "p.pt").exists()

@@ -71,6 +71,10 @@ def test_override_errors():
         apply_overrides({}, ["train.lr"])
     with pytest.raises(ConfigError, match="must start with a section"):
         apply_overrides({}, ["lr=0.1"])
+    for typo in ("model.options.widths=[8,16,32", "model.options={stem = 'cifar'", 'data.name="cifar10'):
+        with pytest.raises(ConfigError, match="is not a TOML value"):  # a typo in a list, table or string, named
+            apply_overrides({}, [typo])
+    assert apply_overrides({}, ["data.name=cifar10"])["data"]["name"] == "cifar10"  # a bare word stays a string
 
 
 def test_missing_file_and_bad_toml(tmp_path):
