@@ -182,7 +182,13 @@ def describe_training(record: dict) -> str:
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--methods", required=True, help="comma-separated method names")
 @click.option("--seeds", default="0", show_default=True, callback=parse_seeds, help="comma-separated seeds")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="comparison folder: a run folder per method and seed (METHOD/seedN), table.md, results.csv, the plot",
+)
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--resume", is_flag=True, help="keep finished runs, resume unfinished ones")
@@ -350,11 +356,13 @@ def data_check(name: str, root: Optional[str]) -> None:
 @click.option(
     "--option", "options", multiple=True, help="model option key=value (TOML value), e.g. --option widths=[8,16,32,64]"
 )
-@click.option("--epochs", default=2, show_default=True, type=int)
-@click.option("--batch-size", default=64, show_default=True, type=int)
+@click.option("--epochs", default=2, show_default=True, type=click.IntRange(min=1), help="passes over DATASET")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="samples per SGD step")
 @click.option("--lr", default=0.05, show_default=True, type=float, help="SGD lr, cosine-annealed over the epochs")
-@click.option("--momentum", default=0.9, show_default=True, type=float)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--momentum", default=0.9, show_default=True, type=click.FloatRange(0, 1, max_open=True), help="SGD momentum"
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="seeds the initial weights and batch order")
 @click.option(
     "--threads",
     default=1,
@@ -687,7 +695,14 @@ def methods(modules: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--out", "out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--out",
+    "out",
+    default="runs/demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="folder for the four methods' runs, the table and the plot",
+)
 @click.option("--rounds", default=None, type=int, help="rounds per method (default: the demo's)")
 @click.option("--quiet", is_flag=True, help="no progress bars")
 def demo(out: str, rounds: Optional[int], quiet: bool) -> None:

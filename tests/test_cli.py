@@ -197,3 +197,16 @@ def test_pretrain_option_without_a_value_names_its_own_flag(tmp_path):
     result = invoke("pretrain", "--dataset", "digits", "--out", tmp_path / "p.pt", "--option", "widths=[8,16")
     assert result.exit_code == 2 and "--option widths=[8,16" in result.output and "not a TOML value" in result.output
     assert not (tmp_path / "p.pt").exists()
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import click
+
+    from pfedkit.cli import main
+
+    def silent(command, path):
+        if isinstance(command, click.Group):
+            return [x for name, sub in command.commands.items() for x in silent(sub, [*path, name])]
+        return [f"{' '.join(path)} {p.opts[0]}" for p in command.params if isinstance(p, click.Option) and not p.help]
+
+    assert silent(main, ["pfedkit"]) == []
