@@ -358,7 +358,13 @@ def data_check(name: str, root: Optional[str]) -> None:
 )
 @click.option("--epochs", default=2, show_default=True, type=click.IntRange(min=1), help="passes over DATASET")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="samples per SGD step")
-@click.option("--lr", default=0.05, show_default=True, type=float, help="SGD lr, cosine-annealed over the epochs")
+@click.option(
+    "--lr",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="SGD lr, cosine-annealed over the epochs",
+)
 @click.option(
     "--momentum", default=0.9, show_default=True, type=click.FloatRange(0, 1, max_open=True), help="SGD momentum"
 )

@@ -197,6 +197,9 @@ def test_pretrain_option_without_a_value_names_its_own_flag(tmp_path):
     result = invoke("pretrain", "--dataset", "digits", "--out", tmp_path / "p.pt", "--option", "widths=[8,16")
     assert result.exit_code == 2 and "--option widths=[8,16" in result.output and "not a TOML value" in result.output
     assert not (tmp_path / "p.pt").exists()
+    for option, value in (("--epochs", "0"), ("--batch-size", "0"), ("--lr", "0"), ("--momentum", "1")):
+        result = invoke("pretrain", "--dataset", "digits", "--out", tmp_path / "p.pt", option, value)
+        assert result.exit_code == 2 and option in result.output, option
 
 
 def test_every_option_of_every_command_says_what_it_does():
