@@ -23,7 +23,7 @@ from pfedkit.experiments import run_experiment
 from pfedkit.experiments.pipeline import run_configs
 from pfedkit.io import atomic_write_csv, atomic_write_text
 from pfedkit.methods.base import search_space
-from pfedkit.registry import build_config, method_class
+from pfedkit.registry import build_config, method_class, method_source
 from pfedkit.reports.tables import mean_of_last
 
 STUDY = "pfedkit"
@@ -110,6 +110,7 @@ class Tuner:
         where = set(PLACEMENT_KEYS)  # where the data and workers are may change between sittings
         self.setup = {
             "method": config.method.name,
+            "source": method_source(config),  # the method's code: trials of other code would not compare
             "space": self.space,
             "validation": validation,
             "last_k": last_k,
@@ -122,6 +123,14 @@ class Tuner:
         saved = self.out / "tune.toml"
         if saved.exists():
             old = read_toml(saved)
+            source = self.setup["source"]
+            if old.get("source", source) != source:  # a tune begun before sources were recorded: not compared
+                raise ConfigError(
+                    f"the method's code changed since the tune in {self.out} began ({old['source']} -> {source}): "
+                    "its finished trials ran the old code, so their scores would not compare with new ones; tune "
+                    "into another --out, or put the old code back to resume"
+                )
+            old.setdefault("source", source)
             if json.loads(json.dumps(old)) != json.loads(json.dumps(self.setup, default=str)):
                 raise ConfigError(
                     f"{self.out} holds a tune of another setup (method, ranges, validation share, "

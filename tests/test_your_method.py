@@ -132,6 +132,39 @@ def test_compare_resume_refuses_a_changed_method_file_naming_it(tmp_path):
         run_comparison(str(config), ["my-avg"], [0], tmp_path / "cmp", [], resume=True, progress=False)
 
 
+def test_a_suite_reuses_a_finished_run_of_the_same_method_code_only(tmp_path):
+    """reproduce's reuse of an identical finished run compares the method's code as resume does: after an edit the
+    old run is no copy of the new one."""
+    from pfedkit.experiments.pipeline import reuse_identical_runs
+
+    mine = write_method(tmp_path / "cfg")
+    config = write_config(tmp_path / "cfg")
+    run_experiment(load_config(config), tmp_path / "old" / "col" / "my-avg" / "seed0", progress=False)
+    cell = tmp_path / "new" / "col" / "my-avg" / "seed0"
+    made_with = mine.read_text()
+    mine.write_text(made_with + "\n# edited\n")  # the same settings, other code
+    assert reuse_identical_runs({cell: load_config(config)}, tmp_path / "old", log=lambda _: None) == []
+    mine.write_text(made_with)  # the code the run was made with
+    assert reuse_identical_runs({cell: load_config(config)}, tmp_path / "old", log=lambda _: None) == [cell]
+
+
+def test_a_tune_resumed_after_its_method_file_changed_is_refused_naming_the_code(tmp_path):
+    pytest.importorskip("optuna")
+    from pfedkit.tune import Tuner
+
+    mine = write_method(tmp_path / "cfg")
+    mine.write_text(
+        mine.read_text()
+        .replace("from pfedkit.methods import", "from pfedkit.methods import searched,")
+        .replace("gt=0, description", "gt=0, json_schema_extra=searched(0.1, 1.0), description")
+    )
+    config = write_config(tmp_path / "cfg", rounds=1)
+    Tuner(load_config(config), tmp_path / "tune", trials=1, validation=0.25, progress=False).run(test_seeds=())
+    mine.write_text(mine.read_text() + "\n# edited\n")
+    with pytest.raises(ConfigError, match="method's code changed since the tune"):
+        Tuner(load_config(config), tmp_path / "tune", trials=2, validation=0.25, progress=False).run(test_seeds=())
+
+
 # ---- 2, 3, 6, 12. one module resolution everywhere, kept in every row, several modules ----
 def test_the_api_finds_the_module_beside_the_config_from_another_folder(tmp_path, monkeypatch):
     import pfedkit

@@ -65,10 +65,16 @@ def config_changes(saved: Path, config: Config) -> list[str]:
         old = read_saved_config(saved)
     except ConfigError as err:
         return [f"its config.toml no longer loads ({str(err).splitlines()[0]})"]
-    current = config.model_copy(deep=True)
-    current.method.source = config.method.source or method_source(config)  # the code it would resume with
-    changes = run_differences(old, current)
+    changes = run_differences(old, with_source(config))
     return [] if continues(old, config, changes) else changes
+
+
+def with_source(config: Config) -> Config:
+    """A copy stating the method's code as it is now (method_source), unless the config states it: the code a run
+    would resume or be reused with, compared with the code a saved run recorded."""
+    current = config.model_copy(deep=True)
+    current.method.source = config.method.source or method_source(config)
+    return current
 
 
 def run_folder(out: Path, folder: str, seed: int) -> Path:
@@ -269,7 +275,8 @@ def reuse_identical_runs(
     for run_dir, config in todo.items():
         if run_dir.exists() and any(run_dir.iterdir()):  # something else is there: leave it to the run
             continue
-        candidates = [(d, saved, run_differences(saved, config)) for d, saved in index.get(_quick_key(config), [])]
+        stated = with_source(config)  # a finished run of other method code is no copy of this one
+        candidates = [(d, saved, run_differences(saved, stated)) for d, saved in index.get(_quick_key(config), [])]
         source = next((d for d, _, changes in candidates if not changes), None)
         if source is not None:
             record, leave_out = REUSED, NOT_COPIED
