@@ -111,3 +111,21 @@ def test_replies_past_the_budget_give_the_same_run(tmp_path, monkeypatch, method
     assert held.keys() == streamed.keys()
     assert all(torch.equal(held[k], streamed[k]) for k in held if isinstance(held[k], torch.Tensor))
     assert not (tmp_path / "streamed" / "replies").exists()  # spilled replies are gone once aggregated
+
+
+@pytest.mark.parametrize("memory_mb", [256.0, 0.0001])  # replies held, or folded in as they arrive
+def test_a_reply_weighing_other_than_its_training_split_is_refused_wherever_replies_are_kept(
+    tmp_path, monkeypatch, memory_mb
+):
+    from pfedkit.methods.sharing import PartSharing
+
+    plan_result = PartSharing.plan_result
+
+    def misweighed(self, trained, plan, data, round):
+        reply, state = plan_result(self, trained, plan, data, round)
+        return {**reply, "num_samples": reply["num_samples"] + 1}, state
+
+    monkeypatch.setattr(PartSharing, "plan_result", misweighed)
+    config = synthetic(method={"name": "fedavg"}, train={"rounds": 1}, run={"workers": 0, "reply_memory_mb": memory_mb})
+    with pytest.raises(PfedkitError, match="weighs .* not the .* its training split promised"):
+        simulate(config, tmp_path / "run", progress=False)

@@ -71,8 +71,14 @@ class RoundReplies:
     Replies holding inf or NaN keep their non-finite entries in `nonfinite`, out of the aggregate; the engine stops the
     run."""
 
-    def __init__(self, fold: Optional[WeightedMeanFold], folder: Path, budget: int):
-        self.fold = fold
+    def __init__(
+        self,
+        fold: Optional[WeightedMeanFold],
+        folder: Path,
+        budget: int,
+        promised: Optional[WeightedMeanFold] = None,
+    ):
+        self.fold, self.promised = fold, promised  # promised: the weights a kept reply is checked against
         self.kept = None if fold is not None else SpilledReplies(folder, budget)
         self.count, self.bytes = 0, 0
         self.nonfinite: dict[int, State] = {}
@@ -93,6 +99,8 @@ class RoundReplies:
         elif self.fold is not None:
             self.fold.add(cid, reply)
         else:
+            if self.promised is not None:
+                self.promised.check_weight(cid, reply)
             self.kept.put(cid, reply)
 
     def aggregate(self, method: Method, server: State, round: int) -> State:

@@ -581,9 +581,9 @@ class Simulation(RoundLoop):
         weighted mean folds them in as they arrive (weighted by the training sizes, the tasks' costs), any other keeps
         the rest on disk until aggregation."""
         budget = int(self.config.run.reply_memory_mb * 2**20)
-        fold = None
-        if len(tasks) * message_bytes(self.server) > budget:
-            fold = self.method.reply_fold(self.server, round, {task.cid: task.cost for task in tasks})
+        fold = self.method.reply_fold(self.server, round, {task.cid: task.cost for task in tasks})
+        if fold is not None and len(tasks) * message_bytes(self.server) <= budget:  # held: weights checked alone
+            return RoundReplies(None, self.out / "replies", budget, promised=fold)
         return RoundReplies(fold, self.out / "replies", budget)
 
     def train_clients(self, round: int, payloads: dict[int, State], evaluate_after: bool = False) -> TrainedRound:

@@ -138,14 +138,19 @@ class WeightedMeanFold:
     def complete(self) -> bool:
         return self.folded == len(self.order)
 
-    def add(self, cid: int, reply: State) -> None:
-        if cid not in self.expected or cid in self.waiting or self.order.index(cid) < self.folded:
-            raise PfedkitError(f"reply from client {cid} was not expected (expected once each from {self.order})")
+    def check_weight(self, cid: int, reply: State) -> None:
+        """The reply weighs what the client's training split promised (held replies are checked too, so that the
+        aggregate does not depend on where they are kept)."""
         if reply_weight(cid, reply, self.weight) != self.expected[cid]:
             raise PfedkitError(
                 f"client {cid}'s reply weighs {reply[self.weight]}, not the {self.expected[cid]} its "
                 "training split promised; a method weighting replies otherwise must aggregate them itself"
             )
+
+    def add(self, cid: int, reply: State) -> None:
+        if cid not in self.expected or cid in self.waiting or self.order.index(cid) < self.folded:
+            raise PfedkitError(f"reply from client {cid} was not expected (expected once each from {self.order})")
+        self.check_weight(cid, reply)
         self.waiting[cid] = reply
         while not self.complete and self.order[self.folded] in self.waiting:
             self._fold(self.waiting.pop(self.order[self.folded]))
