@@ -671,11 +671,13 @@ def methods(modules: tuple[str, ...]) -> None:
 
     from pfedkit.methods import METHODS
     from pfedkit.methods.base import search_space
-    from pfedkit.registry import import_method_module
+    from pfedkit.registry import import_installed_methods, import_method_module
 
     built_in = set(METHODS)
     for module in modules:
         import_method_module(module)
+    for problem in import_installed_methods():  # the installed packages' methods are listed too, as runs find them
+        click.echo(f"warning: {problem}", err=True)
     yours = sorted(set(METHODS) - built_in)
     for name in yours + sorted(built_in):
         cls = METHODS[name]

@@ -74,6 +74,20 @@ def method_class(name: str, module: "Optional[str | list[str]]" = None) -> type[
     return METHODS[name]
 
 
+def import_installed_methods() -> list[str]:
+    """Import every method the installed packages declare in the `pfedkit.methods` entry-point group; returns what
+    could not be imported, one line each (a broken package does not hide the others)."""
+    from importlib.metadata import entry_points
+
+    problems = []
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            point.load()
+        except Exception as err:  # noqa: BLE001  (any error of a package's import is reported, not raised)
+            problems.append(f"the installed method {point.name!r} ({point.value}) did not import: {err}")
+    return problems
+
+
 def module_name_of(spec: str) -> str:
     """The name a method.module entry is imported under."""
     return module_name_for(Path(spec).expanduser().resolve()) if spec.endswith(".py") else spec

@@ -135,6 +135,25 @@ def test_an_installed_entry_point_is_found(monkeypatch, tmp_path):
     assert config.method.name == "fedavgm-installed" and "fedavgm-installed" in METHODS
 
 
+def test_pfedkit_methods_lists_the_installed_packages_methods_and_names_one_that_fails(monkeypatch, tmp_path):
+    from importlib.metadata import EntryPoint
+
+    module = tmp_path / "listed_entry_point.py"
+    module.write_text(EXAMPLE.read_text().replace('name = "fedavgm"', 'name = "fedavgm-listed"'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    points = [
+        EntryPoint(name="fedavgm-listed", value="listed_entry_point", group="pfedkit.methods"),
+        EntryPoint(name="broken", value="no_such_module_here", group="pfedkit.methods"),
+    ]
+    monkeypatch.setattr(
+        "importlib.metadata.entry_points", lambda group=None: points if group == "pfedkit.methods" else []
+    )
+    result = CliRunner().invoke(main, ["methods"])
+    assert result.exit_code == 0, result.output
+    assert "fedavgm-listed (from listed_entry_point)" in result.output
+    assert "'broken' (no_such_module_here) did not import" in result.output
+
+
 def test_the_python_api_gives_the_numbers_of_the_command_line(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(dump_toml(synthetic_raw(train={"rounds": 3})))
