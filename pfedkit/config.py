@@ -275,6 +275,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path} is not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not text (UTF-8): {err}; restore the file or write it again") from None
 
 
 def without_none(data: Any) -> Any:

@@ -113,5 +113,11 @@ def atomic_write_csv(path: Path, rows: list[dict[str, Any]], columns: Iterable[s
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """A CSV file's rows; a file that is not text is an error naming it, not a traceback."""
+    from pfedkit.errors import PfedkitError
+
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except UnicodeDecodeError as err:
+        raise PfedkitError(f"{path} is not text (UTF-8): {err}; the file is damaged: restore it") from None

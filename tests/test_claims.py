@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -746,6 +747,15 @@ def test_rule_2_a_seed_folder_holds_its_seed_and_only_seed_folders_are_seeds(tmp
     assert got.verdict == UNSURE and "not judged: " in got.detail and "move it to seed0" in got.detail
     flat_run(tmp_path / "col" / "b" / "seed0-old", 0.40, config=seed(0))  # set aside beside the seeds: no seed
     assert [d.name for d in finished_runs(tmp_path / "col", "b")] == ["seed1"]
+    # a diverged run (a result) filed under another seed's folder is refused too: it would stand for a seed never run
+    shutil.rmtree(tmp_path / "col" / "b" / "seed1")
+    flat_run(tmp_path / "col" / "b" / "seed1", 0.50, config=seed(1))
+    stopped = tmp_path / "col" / "b" / "seed2"
+    stopped.mkdir()
+    (stopped / "diverged.json").write_text('{"round": 3}')
+    (stopped / "config.toml").write_text(dump_toml(seed(1)))
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))
+    assert got.verdict == UNSURE and "filed as seed2 but its run states seed 1" in got.detail
 
 
 def test_a_non_finite_accuracy_is_refused_not_judged(tmp_path):
@@ -878,7 +888,12 @@ def test_rule_3_a_floor_of_zero_is_no_floor_and_a_gap_on_the_bar_is_no_verdict(t
     assert floor is None and "gave one result (54.00 on seed0" in text
     assert decide([0.0], 0.0)[0] == UNSURE  # was: does not hold (0 < 0 is false)
     assert decide([2.0, 2.0], 0.0)[0] == HOLDS  # seeds that agree exactly still decide
-    assert decide([1.0], 0.5 * 2**0.5)[0] == UNSURE  # exactly two standard errors: not beyond
+    assert decide([1.0], 0.5 * 2**0.5)[0] == UNSURE  # within two standard errors
+    # a seed whose repeats gave one result is left out of the pooled floor, not counted as a spread of 0
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(tmp_path / "col" / row / "seed1", value, repeat=repeat, config={**BASE, "run": {"seed": 1}})
+    floor, text, _ = measured_floor({"column": "col", "rows": ["n", "n-repeat1"]}, [tmp_path], 5, None)
+    assert floor == pytest.approx(statistics.stdev([54.0, 54.5])) and "seed0 left out" in text
 
 
 def test_the_owed_list_names_what_a_verdict_rests_on_and_no_line_without_a_floor(tmp_path):
@@ -1323,15 +1338,21 @@ def test_a_floor_borrowed_at_a_scale_its_source_lacks_is_named_not_a_crash(tmp_p
 
 
 @pytest.mark.parametrize(
-    "damage, named",
+    "damage, named, floor_read",
     [
-        (lambda run: (run / "metrics.csv").write_text("round,acc\n0,0.5\n,0.5\n"), "round '' in the row"),
-        (lambda run: (run / "metrics.csv").write_text("round,acc\n0,0.5\n0.5,0.5\n"), "not a whole number"),
-        (lambda run: (run / "summary.json").write_text("null"), "(a NoneType, not an object)"),
-        (lambda run: (run / "summary.json").write_text('{"seed": "0-old"}'), "states seed '0-old', not a whole"),
+        (lambda run: (run / "metrics.csv").write_text("round,acc\n0,0.5\n,0.5\n"), "round '' in the row", True),
+        (lambda run: (run / "metrics.csv").write_text("round,acc\n0,0.5\n0.5,0.5\n"), "not a whole number", True),
+        (lambda run: (run / "summary.json").write_text("null"), "(a NoneType, not an object)", True),
+        (lambda run: (run / "summary.json").write_text('{"seed": "0-old"}'), "states seed '0-old', not a whole", True),
+        (lambda run: (run / "config.toml").write_text("train = 5\n"), "has train = 5 where a [train] section", True),
+        (lambda run: (run / "config.toml").write_text('[run]\nseed = "zero"\n'), "run.seed 'zero', not a whole", True),
+        (lambda run: (run / "metrics.csv").write_bytes(b"round,acc\n0,\xff\n"), "is not text (UTF-8)", True),
+        # a config the suite's floor check reads too (each run's device): the folder's lines go without a floor
+        (lambda run: (run / "config.toml").write_text('run = "x"\n'), "has run = 'x' where a [run] section", False),
+        (lambda run: (run / "config.toml").write_bytes(b"[train]\nrounds = \xff\n"), "is not text (UTF-8)", False),
     ],
 )
-def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, named):
+def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, named, floor_read):
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
@@ -1341,10 +1362,15 @@ def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, na
     claims = [ABOVE, {"text": "c above d", "column": "col", "rows": ["c", "d"]}]
     suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "d", "n", "n-repeat1"))
     damage(root / "toy" / "col" / "d" / "seed0")
-    table = claims_table(root, [suite])
-    assert "**holds**" in next(x for x in table if x.endswith("`toy#1` |"))
+    table = claims_table(root, [suite])  # written, whatever the damage: no traceback
     line = next(x for x in table if x.endswith("`toy#2` |"))
-    assert "**cannot tell**" in line and "not judged: " in line and named in line
+    assert "**cannot tell**" in line
+    if floor_read:
+        assert "**holds**" in next(x for x in table if x.endswith("`toy#1` |"))
+        assert "not judged: " in line and named in line
+    else:
+        assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
+        assert any(x.startswith("- toy: not measured: ") and named in x for x in table)
 
 
 def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tmp_path, monkeypatch):

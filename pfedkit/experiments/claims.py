@@ -58,6 +58,7 @@ from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import (
     RISE_POINTS,
+    config_section,
     curve_gain,
     curve_trend,
     diverged_runs,
@@ -190,7 +191,7 @@ class Evidence:
 
     def diverged(self, column: str, row: str) -> set[str]:
         """The seeds on which the cell's runs diverged (their result: no accuracy)."""
-        return {d.name for d in diverged_runs(self.out / column, row)}
+        return {d.name for d in diverged_seed_runs(self.out / column, row)}
 
     def not_run(self, judges: str, column: str, rows: Sequence[str], other_column: str = "") -> Judgement:
         """A line with nothing to judge, naming the rows whose runs diverged (their result, not a run owed)."""
@@ -205,7 +206,7 @@ class Evidence:
         """ "; not run: ..." for rows without a finished run, naming those whose runs diverged (their result)."""
         if not rows:
             return ""
-        diverged = {r: [d.name for d in diverged_runs(self.out / column, r)] for r in rows}
+        diverged = {r: [d.name for d in diverged_seed_runs(self.out / column, r)] for r in rows}
         said = [f"{r} (diverged: {', '.join(diverged[r])})" if diverged[r] else r for r in rows]
         return f"; not run: {', '.join(said)}"
 
@@ -213,7 +214,16 @@ class Evidence:
 def seed_runs(column_dir: Path, row: str) -> list[Path]:
     """Rule 2: a cell's finished runs, each in the folder seed<N> of the seed its run states (summary.json, else its
     config's run.seed); a run filed under another seed's folder is refused: counted there it would be a seed twice."""
-    runs = finished_runs(column_dir, row)
+    return filed_by_seed(finished_runs(column_dir, row))
+
+
+def diverged_seed_runs(column_dir: Path, row: str) -> list[Path]:
+    """A cell's diverged runs (a result: no accuracy), each checked to be filed under the seed it states, as
+    seed_runs checks the finished ones."""
+    return filed_by_seed(diverged_runs(column_dir, row))
+
+
+def filed_by_seed(runs: list[Path]) -> list[Path]:
     for run in runs:
         stated = stated_seed(run)
         if stated is not None and f"seed{stated}" != run.name:
@@ -227,7 +237,7 @@ def seed_runs(column_dir: Path, row: str) -> list[Path]:
 def stated_seed(run: Path) -> Optional[int]:
     """The seed the run states: its summary's, else its config's run.seed; None where neither says (rule 2 then
     finds no config to compare)."""
-    summary = summary_of(run)
+    summary = summary_of(run) if (run / "summary.json").is_file() else {}  # a diverged run has none
     if "seed" in summary:
         if type(summary["seed"]) is not int:  # a seed is a whole number (not a bool, a string, a float)
             raise PfedkitError(
@@ -235,16 +245,29 @@ def stated_seed(run: Path) -> Optional[int]:
                 "restore it, or run the run again"
             )
         return summary["seed"]
-    config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
-    seed = config.get("run", {}).get("seed")
+    config = run_config(run)
+    seed = config_section(run, config, "run").get("seed")
     if seed is None and config:  # a saved config leaves nothing unstated; an older one: the default seed
         seed = RunSection.model_fields["seed"].default
-    return None if seed is None else int(seed)
+    if seed is not None and type(seed) is not int:
+        raise PfedkitError(
+            f"{run / 'config.toml'} states run.seed {seed!r}, not a whole number: the file is damaged; restore it"
+        )
+    return seed
+
+
+def run_config(run: Path) -> dict:
+    """The run's config.toml as saved ({} where there is none); a damaged one is an error naming it."""
+    return read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
 
 
 def configured_rounds(run: Path) -> Optional[int]:
-    config = read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
-    return config.get("train", {}).get("rounds")
+    rounds = config_section(run, run_config(run), "train").get("rounds")
+    if rounds is not None and type(rounds) is not int:
+        raise PfedkitError(
+            f"{run / 'config.toml'} states train.rounds {rounds!r}, not a whole number: the file is damaged; restore it"
+        )
+    return rounds
 
 
 def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], str]:
@@ -808,7 +831,9 @@ def measured_floor(
     for folder in folders:
         by_seed: dict[str, list[float]] = {}
         configs: dict[str, dict[str, dict[str, Any]]] = {}
-        lost = [f"{row} on {run.name}" for row in noise["rows"] for run in diverged_runs(folder / noise["column"], row)]
+        lost = [
+            f"{row} on {run.name}" for row in noise["rows"] for run in diverged_seed_runs(folder / noise["column"], row)
+        ]
         if lost:  # the repeats that survived understate the spread: a divergence is a draw's worst result
             return None, f"not measured: a noise row's run diverged ({lost[0]}); run it again, or name other rows", None
         try:  # a noise run misfiled or unreadable: no floor until it is put right
@@ -837,23 +862,26 @@ def measured_floor(
         ]
         if elsewhere:
             return None, f"not measured: the noise rows' runs are not of this scale ({elsewhere[0]})", None
-        spreads = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
-        if spreads and not any(spreads.values()):  # a spread of 0 would let any gap decide
-            seed = next(iter(spreads))
+        measured = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
+        spreads = {seed: spread for seed, spread in measured.items() if spread}  # a spread of 0 is no floor
+        if measured and not spreads:  # it would let any gap decide
+            seed = next(iter(measured))
             return (
                 None,
                 f"not measured: the noise rows' runs gave one result ({by_seed[seed][0]:.2f} on {seed}; other "
                 "draws would differ)",
                 None,
             )
-        if spreads:
+        if spreads:  # a seed whose repeats gave one result is left out: pooled in, it would pull the floor down
             floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))
             repeats = max(len(by_seed[s]) for s in spreads)
             level = statistics.fmean(v for s in spreads for v in by_seed[s])
+            same = sorted(set(measured) - set(spreads))
             return (
                 floor,
                 f"{floor:.2f} points, the standard deviation of {noise['rows'][0]} over {repeats} repeats "
-                f"of one config in column {noise['column']} ({folder.name}), at {level:.1f}%",
+                f"of one config in column {noise['column']} ({folder.name}), at {level:.1f}%"
+                + (f" ({', '.join(same)} left out: its repeats gave one result)" if same else ""),
                 level,
             )
     return None, f"not measured yet (rows {', '.join(noise['rows'])} in column {noise['column']})", None

@@ -700,9 +700,12 @@ def seeds_owed(
     said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "
     if evidence is not None:  # each cell's seeds that ended: read, or diverged (a result, not run again)
         cells = dict.fromkeys(cell for b in short for cell in b.cells)
-        lost = {(c, r): evidence.diverged(c, r) for c, r in cells}
-        ended = {(c, r): lost[c, r] | set(evidence.read(c, r, point)[0]) for c, r in cells}
-        if all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):
+        try:
+            lost = {(c, r): evidence.diverged(c, r) for c, r in cells}
+            ended = {(c, r): lost[c, r] | set(evidence.read(c, r, point)[0]) for c, r in cells}
+        except PfedkitError:  # a misfiled or damaged run: its line says so; the command stands
+            ended = {}
+        if ended and all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):
             diverged = "; ".join(f"{r} in {c} on {', '.join(sorted(lost[c, r]))}" for c, r in cells if lost[c, r])
             return [said + f"seeds 0-{LEADING_SEEDS - 1} have all ended, nothing left to run (diverged: {diverged})"]
     return [said + f"`{command}`"]

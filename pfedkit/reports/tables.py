@@ -232,11 +232,24 @@ def run_devices(runs: Sequence[Path]) -> list[str]:
     """The run.device values of the runs' configs, sorted and distinct."""
     return sorted(
         {
-            read_toml(run / "config.toml").get("run", {}).get("device", "cpu")
+            config_section(run, read_toml(run / "config.toml"), "run").get("device", "cpu")
             for run in runs
             if (run / "config.toml").is_file()
         }
     )
+
+
+def config_section(run: Path, config: dict, name: str) -> dict:
+    """A section of the run's saved config ({} where it has none); a damaged file is an error naming it."""
+    from pfedkit.errors import PfedkitError
+
+    section = config.get(name, {})
+    if not isinstance(section, dict):
+        raise PfedkitError(
+            f"{run / 'config.toml'} has {name} = {section!r} where a [{name}] section belongs: the file is damaged; "
+            "restore it"
+        )
+    return section
 
 
 def point_cells(
