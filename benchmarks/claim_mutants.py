@@ -433,6 +433,22 @@ MUTANTS = {
         "    if False:",
         "pfedkit/experiments/suites.py",
     ),
+    "M77": (
+        "rule 3: a seed whose repeats gave one result pooled into the floor (a spread of 0 pulls it down)",
+        "        spreads = {seed: spread for seed, spread in measured.items() if spread}  # 0: no floor\n",
+        "        spreads = dict(measured)\n",
+    ),
+    "M78": (
+        "rule 2: a diverged run filed under another seed's folder taken as that seed's result",
+        "    return filed_by_seed(diverged_runs(column_dir, row))\n",
+        "    return diverged_runs(column_dir, row)\n",
+    ),
+    "M79": (
+        "a damaged config.toml section read as it is (a traceback instead of a line that cannot tell)",
+        "    if not isinstance(section, dict):\n",
+        "    if False:\n",
+        "pfedkit/reports/tables.py",
+    ),
 }
 
 

@@ -863,7 +863,7 @@ def measured_floor(
         if elsewhere:
             return None, f"not measured: the noise rows' runs are not of this scale ({elsewhere[0]})", None
         measured = {seed: noise_floor(v) for seed, v in by_seed.items() if len(v) >= 2}
-        spreads = {seed: spread for seed, spread in measured.items() if spread}  # a spread of 0 is no floor
+        spreads = {seed: spread for seed, spread in measured.items() if spread}  # 0: no floor
         if measured and not spreads:  # it would let any gap decide
             seed = next(iter(measured))
             return (
