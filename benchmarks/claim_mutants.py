@@ -449,6 +449,21 @@ MUTANTS = {
         "    if False:\n",
         "pfedkit/reports/tables.py",
     ),
+    "M80": (
+        "rule 2: runs on other data (data.checksum) compared as like with like",
+        '    if "data.checksum" not in allowed and all(checksums) and checksums[0] != checksums[1]:\n',
+        "    if False:\n",
+    ),
+    "M81": (
+        "rule 2: a pretrained backbone against none compared as like with like",
+        '    if "model.options.pretrained" not in allowed and pretrained[0] != pretrained[1]:\n',
+        "    if False:\n",
+    ),
+    "M82": (
+        "rule 2: built-in methods of other pfedkit code compared as like with like",
+        '    if "method.source" not in allowed and built_in and sources[0] != sources[1]:\n',
+        "    if False:\n",
+    ),
 }
 
 

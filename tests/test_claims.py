@@ -1391,3 +1391,39 @@ def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tm
     table = reproduce.write_suite_outputs(borrower, tmp_path / "toy", {}, "small")
     assert "Noise floor: not measured: suite toy: noise.suite 'middle' must measure its own floor" in table
     assert "- a above b: cannot tell" in table
+
+
+@pytest.mark.parametrize(
+    "a_keys, b_keys, named",
+    [
+        ({"data": {"checksum": "sha256:aa"}}, {"data": {"checksum": "sha256:bb"}}, "data.checksum"),
+        (
+            {"model": {"options": {"pretrained": "/x/backbone.pt"}}},
+            {"model": {"options": {"pretrained": ""}}},
+            "a starts from a pretrained backbone",
+        ),
+        ({"method": {"source": "pfedkit 0.4.0"}}, {"method": {"source": "pfedkit 0.1.0"}}, "other pfedkit code"),
+        ({"data": {"checksum": "sha256:aa"}}, {}, None),  # recorded by one run only: nothing to compare
+        ({"model": {"options": {"pretrained": "/x/a.pt"}}}, {"model": {"options": {"pretrained": "/y/b.pt"}}}, None),
+        ({"method": {"source": "sha256:0123"}}, {"method": {"source": "pfedkit 0.1.0"}}, None),  # one's own method
+    ],
+)
+def test_rule_2_placement_keys_that_say_what_ran_are_compared_where_both_runs_record_them(
+    tmp_path, a_keys, b_keys, named
+):
+    def config(keys):
+        merged = {section: dict(values) for section, values in BASE.items()}
+        for section, values in keys.items():
+            merged[section] = {**merged.get(section, {}), **values}
+        return merged
+
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58, config=config(a_keys))
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.50, config=config(b_keys))
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.3))
+    if named is None:
+        assert got.verdict == HOLDS, got.detail
+    else:
+        assert got.verdict == UNSURE and "the runs differ in" in got.detail and named in got.detail, got.detail
+        key = named if "." in named else ("model.options.pretrained" if "pretrained" in named else "method.source")
+        allowed = judge({**ABOVE, "differ_in": [key]}, Evidence(tmp_path, 5, floor=0.3))
+        assert allowed.verdict == HOLDS, allowed.detail  # a claim that names the key compares them

@@ -19,7 +19,8 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    tell", named), and only if their runs agree, on every one of those seeds, on every config key beyond what
    `differ_in` names (where a run is kept, two different methods' own hyper-parameters (a method's variants share
    theirs), and a hyper-parameter that either run's other values leave unused, aside; a "within" claim's two columns
-   may differ in what the columns change).
+   may differ in what the columns change). Of where a run is kept, what says what it ran is compared where both runs
+   record it: the data's checksum, a pretrained backbone or none, pfedkit's version for built-in methods.
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
    a run.repeat each and nothing else different; one that diverged: no floor), measured at the claim's scale (its
@@ -359,6 +360,26 @@ def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str]
             if key in skipped or own or repr(first.get(key)) == repr(theirs.get(key)):
                 continue
             found.append(f"{key} {rows[0]} {first.get(key)!r}, {other} {theirs.get(key)!r}")
+        found += unlike_placement(first, theirs, rows[0], other, set(allowed))
+    return found
+
+
+def unlike_placement(first: Mapping[str, Any], theirs: Mapping[str, Any], a: str, b: str, allowed: set) -> list[str]:
+    """Rule 2 on the keys that say where a run was kept but also what it ran, compared where both runs record them:
+    the data's content (data.checksum), a pretrained backbone or none (model.options.pretrained, wherever the file
+    lies), and pfedkit's version for built-in methods (method.source; a method of one's own has other code anyway)."""
+    found = []
+    checksums = first.get("data.checksum"), theirs.get("data.checksum")
+    if "data.checksum" not in allowed and all(checksums) and checksums[0] != checksums[1]:
+        found.append(f"data.checksum {a} {checksums[0]!r}, {b} {checksums[1]!r} (other data)")
+    pretrained = bool(first.get("model.options.pretrained")), bool(theirs.get("model.options.pretrained"))
+    if "model.options.pretrained" not in allowed and pretrained[0] != pretrained[1]:
+        with_it, without = (a, b) if pretrained[0] else (b, a)
+        found.append(f"model.options.pretrained: {with_it} starts from a pretrained backbone, {without} does not")
+    sources = str(first.get("method.source") or ""), str(theirs.get("method.source") or "")
+    built_in = all(x.startswith("pfedkit ") for x in sources)
+    if "method.source" not in allowed and built_in and sources[0] != sources[1]:
+        found.append(f"method.source {a} {sources[0]!r}, {b} {sources[1]!r} (other pfedkit code)")
     return found
 
 
