@@ -1427,3 +1427,23 @@ def test_rule_2_placement_keys_that_say_what_ran_are_compared_where_both_runs_re
         key = named if "." in named else ("model.options.pretrained" if "pretrained" in named else "method.source")
         allowed = judge({**ABOVE, "differ_in": [key]}, Evidence(tmp_path, 5, floor=0.3))
         assert allowed.verdict == HOLDS, allowed.detail  # a claim that names the key compares them
+
+
+def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_or_not(tmp_path):
+    """The owed list's rule: a gap at least halfway to the bar on fewer than 3 seeds. In "above every other" a pair
+    halfway but not among the two closest shown is owed too (it was left out with the pairs not shown)."""
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):  # a floor of 0.35: a bar of 1.0
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    values = {"a": 0.550, "b": 0.549, "c": 0.5505, "d": 0.542}  # a vs d: +0.80, 80% of the way, not shown
+    for row, value in values.items():
+        flat_run(root / "toy" / "col" / row / "seed0", value)
+    claims = [{"text": "a above b, c and d", "column": "col", "rows": ["a", "b", "c", "d"]}]
+    suite = toy_suite(claims, ("n", "n-repeat1"), rows=(*values, "n", "n-repeat1"))
+    table = claims_table(root, [suite])
+    line = next(x for x in table if x.endswith("`toy#1` |"))
+    assert "**cannot tell**" in line and "gap to d" not in line  # d is not among the pairs shown
+    owed = "\n".join(table).partition("Lines owed seeds")[2]
+    assert "- `toy#1`: cannot tell on 1 seed, 80% of the way (a vs d)" in owed

@@ -624,8 +624,8 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     left = [pairs[o][0] for o in others if o not in deciding]
     counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
     rest = f"; the other pairs: {counts}" if left else ""
-    considered = {o: (v, b) for o, (v, _, _, b) in pairs.items() if verdict != UNSURE or o in deciding}
-    basis = resting_on(considered, verdict)
+    # every pair that cannot tell, shown or not, is what a line that cannot tell rests on (the owed list reads it)
+    basis = resting_on({o: (v, b) for o, (v, _, _, b) in pairs.items()}, verdict)
     return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}", basis)
 
 
