@@ -464,6 +464,11 @@ MUTANTS = {
         '    if "method.source" not in allowed and built_in and sources[0] != sources[1]:\n',
         "    if False:\n",
     ),
+    "M83": (
+        "rule 1: a curve stopping up to k - 1 rounds short read over the rounds before its stop (hole 5 of sitting 40)",
+        "    if final is not None and curve[-1][0] < final - early:",
+        "    if final is not None and curve[-1][0] < final - max(k - 1, 1):\n",
+    ),
 }
 
 

@@ -863,6 +863,15 @@ def test_rule_4_a_run_whose_evaluations_stop_short_of_its_last_rounds_is_not_rea
     # an after-local curve ending a round before the last (the run's final round evaluates at its start) is read
     run(tmp_path / "col" / "c" / "seed0", [0.5] * 21, after=[0.6] * 20 + [""], rounds=20)
     assert read_run(tmp_path / "col" / "c" / "seed0", 1, "after-local")[0] == pytest.approx(60.0)
+    # a curve stopping less than k rounds short is not read either: its last k rounds would be read from earlier ones
+    run(tmp_path / "col" / "d" / "seed0", [0.5] * 32 + [""] * 9, rounds=40)  # at the start to round 31 of 40
+    assert read_run(tmp_path / "col" / "d" / "seed0", 10, "start") == (
+        None,
+        "its last evaluation at start is at round 31 of 40",
+    )
+    run(tmp_path / "col" / "e" / "seed0", [0.5] * 40 + [""], rounds=40)  # to round 39 of 40, k 1
+    assert read_run(tmp_path / "col" / "e" / "seed0", 1, None)[0] is None
+    assert read_run(tmp_path / "col" / "c" / "seed0", 10, "after-local")[0] == pytest.approx(60.0)  # one early: read
 
 
 def test_a_claimant_that_diverged_where_its_rival_finished_holds_at_most_on_the_seeds_it_survived(tmp_path):

@@ -13,7 +13,8 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
 
 1. Point: a claim is judged at the evaluation point it names, else at the one its suite declares for the paper's
    numbers (`paper_point`), else at each run's own. A finished run never evaluated there, or whose evaluations there
-   end before its last k rounds, gives no result: the line names it, and a row with no other result cannot tell.
+   end before its last round (an after-local curve: the round before it), gives no result: the line names it, and a
+   row with no other result cannot tell.
 2. Like with like: two rows are compared on the seeds both finished (folders seed<N>; a seed fixes the partition and
    the sampled clients, and its runs must state that seed: a run filed under another's leaves its lines "cannot
    tell", named), and only if their runs agree, on every one of those seeds, on every config key beyond what
@@ -273,8 +274,8 @@ def configured_rounds(run: Path) -> Optional[int]:
 
 def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], str]:
     """(the run's mean accuracy (%) over the evaluations of its last k rounds at `point`, "") or (None, why none):
-    never evaluated there, or its evaluations there end before its last k rounds (an after-local curve may end a
-    round early): a mean read earlier would compare another stretch of training."""
+    never evaluated there, or its evaluations there end before its last round (an after-local curve may end a round
+    early): a mean read earlier would compare another stretch of training."""
     curve = headline_curve(run, point)
     at = f" at {point}" if point else ""
     if not curve:
@@ -284,7 +285,8 @@ def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], 
     final = final if isinstance(final, int) else configured
     if configured is not None and final != configured:  # a run carried on (config rewritten) and not yet finished
         return None, f"its summary says {final} rounds but its config.toml {configured}: let it finish, or restore it"
-    if final is not None and curve[-1][0] < final - max(k - 1, 1):
+    early = 1 if (point or own_point(run)) == "after-local" else 0  # the last round evaluates at the start only
+    if final is not None and curve[-1][0] < final - early:  # else its last k rounds would be read from earlier ones
         return None, f"its last evaluation{at} is at round {curve[-1][0]} of {final}"
     return 100 * statistics.fmean(a for _, a in last_evaluations(curve, k, rounds=True)), ""
 
