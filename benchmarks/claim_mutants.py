@@ -469,6 +469,11 @@ MUTANTS = {
         "    if final is not None and curve[-1][0] < final - early:",
         "    if final is not None and curve[-1][0] < final - max(k - 1, 1):\n",
     ),
+    "M84": (
+        "rule 3: a floor of unknown level refused once a far-off measured floor exists (hole 8 of sitting 40)",
+        "        unknown = [f for f, at in floors if at is None]  # of unknown level: where none measured is near\n",
+        "        unknown = []\n",
+    ),
 }
 
 

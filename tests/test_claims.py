@@ -4,6 +4,7 @@ generated claims table in docs/REPRODUCTION.md agrees with the committed runs an
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import statistics
@@ -572,6 +573,10 @@ def test_rule_3_each_row_takes_the_floor_measured_near_its_own_accuracy(tmp_path
     # a floor of unknown level gives way to one measured near the rows
     unknown = Evidence(tmp_path, 5, floor=1.0, more_floors=((0.1, 75.0),))
     assert unknown.floor_for([75.0], None)[0] == pytest.approx(0.1)
+    # and applies where no measured one is near enough (it was refused once a far-off measured floor existed)
+    far = Evidence(tmp_path, 5, floor=0.3, more_floors=((0.1, 10.0),))
+    assert far.floor_for([58.0, 50.0], None) == (pytest.approx(0.3), "")
+    assert far.floor_for([12.0, 58.0], None)[0] == pytest.approx(math.sqrt((0.1**2 + 0.3**2) / 2))
 
 
 def test_rule_2_runs_without_a_config_are_not_like(tmp_path):

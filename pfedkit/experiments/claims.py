@@ -122,8 +122,8 @@ class Evidence:
     ) -> tuple[Optional[float], str]:
         """Rule 3: each compared row's noise from the floor measured at the claim's evaluation point nearest its
         accuracy, where near enough (FLOOR_REACH), as one floor for the pair (the root mean square: a gap's variance
-        is the sum of its two rows'); else None and why. A floor of unknown level (none recorded) applies only where
-        no measured one does. Runs read at their own points (`point` None) take a floor only if all of them
+        is the sum of its two rows'); else None and why. A floor of unknown level (none recorded) applies where no
+        measured one is near enough. Runs read at their own points (`point` None) take a floor only if all of them
         (`read_at`) were read where the floor's runs were."""
         if point is None and self.floor_point is not None and set(read_at) - {self.floor_point}:
             others = ", ".join(sorted(set(read_at) - {self.floor_point}))
@@ -137,10 +137,13 @@ class Evidence:
         if not floors:
             return None, "none measured at this scale"
         chosen = []
+        unknown = [f for f, at in floors if at is None]  # of unknown level: where none measured is near
         for accuracy in accuracies:
             floor, at = min(floors, key=lambda f: abs(accuracy - f[1]) if f[1] is not None else math.inf)
             if at is not None and abs(accuracy - at) > FLOOR_REACH:
-                return None, f"the suite's nearest was measured at {at:.1f}%, far from a row at {accuracy:.1f}%"
+                if not unknown:
+                    return None, f"the suite's nearest was measured at {at:.1f}%, far from a row at {accuracy:.1f}%"
+                floor = unknown[0]
             chosen.append(floor)
         return math.sqrt(statistics.fmean(f**2 for f in chosen)), ""
 
