@@ -474,6 +474,12 @@ MUTANTS = {
         "        unknown = [f for f, at in floors if at is None]  # of unknown level: where none measured is near\n",
         "        unknown = []\n",
     ),
+    "M85": (
+        "table: a folder's diverged line dropped when another folder judged the claim (hole 7 of sitting 40)",
+        '                lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]\n',
+        "                pass\n",
+        "pfedkit/experiments/reproduce.py",
+    ),
 }
 
 

@@ -1461,3 +1461,23 @@ def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_
     assert "**cannot tell**" in line and "gap to d" not in line  # d is not among the pairs shown
     owed = "\n".join(table).partition("Lines owed seeds")[2]
     assert "- `toy#1`: cannot tell on 1 seed, 80% of the way (a vs d)" in owed
+
+
+def test_a_folder_whose_runs_diverged_keeps_its_line_beside_a_folder_that_judged_the_claim(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    cuda = {**BASE, "run": {"device": "cuda"}}
+    for folder, config in (("toy", None), ("toy_gpu", cuda)):
+        for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+            flat_run(root / folder / "col" / row / "seed0", value, repeat=repeat, config=config)
+        flat_run(root / folder / "col" / "b" / "seed0", 0.50, config=config)
+    flat_run(root / "toy_gpu" / "col" / "a" / "seed0", 0.58, config=cuda)
+    stopped = root / "toy" / "col" / "a" / "seed0"  # a diverged on the CPU: that folder's result
+    stopped.mkdir(parents=True)
+    (stopped / "diverged.json").write_text('{"round": 3}')
+    (stopped / "config.toml").write_text(dump_toml({**BASE, "run": {"seed": 0}}))
+    table = claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])
+    assert "**holds**" in next(x for x in table if x.endswith("`toy#1/gpu` |"))
+    cpu = next(x for x in table if x.endswith("`toy#1` |"))
+    assert "| not run |" in cpu and "a (diverged: seed0)" in cpu

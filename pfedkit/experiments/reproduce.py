@@ -621,18 +621,19 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 judgement = judge(claim, None)
                 lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
-            judged, diverged, missing = 0, [], {}
+            judged, diverged, missing = 0, {}, {}
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
                 judgement = judge(claim, judged_on)  # a run misfiled or unreadable: this line cannot tell
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
-                    diverged += [judgement.detail] if "diverged" in judgement.detail else []
+                    if "diverged" in judgement.detail:
+                        diverged[label] = judgement.detail
                     missing.update(  # the cells this folder has no run of (a diverged run is a result)
                         dict.fromkeys(
                             (c, r)
                             for c, r in claim_cells(claim)
-                            if not judged_on.diverged(c, r) and not finished_runs(judged_on.out / c, r)
+                            if not ended_by_diverging(judged_on, c, r) and not finished_runs(judged_on.out / c, r)
                         )
                     )
                     continue
@@ -653,9 +654,19 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 )
             if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
                 reason = not_run_reason(suite, claim, list(missing) if evidence else None, runs_root)
-                lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged) if r]), "-"))
+                lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged.values()) if r]), "-"))
+            else:  # a folder whose runs diverged is a result too, beside the folders that judged the claim
+                lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
     return lines + (["", OWED_HEADING, "", *owed] if owed else [])
+
+
+def ended_by_diverging(evidence: Evidence, column: str, row: str) -> bool:
+    """Whether a cell's runs diverged in this folder (a result, not a run owed); a misfiled one is no result here."""
+    try:
+        return bool(evidence.diverged(column, row))
+    except PfedkitError:
+        return False
 
 
 LEADING_SEEDS = 3  # issue 61: a verdict, or a gap halfway to one, is shown on this many seeds
