@@ -216,8 +216,8 @@ MUTANTS = {
     ),
     "M37": (
         "rule 4: a run whose evaluations stop before its last rounds read at the stretch it evaluated",
-        "    if final is not None and curve[-1][0] < final - max(k - 1, 1):\n",
-        "    if False:\n",
+        "    if final is not None and curve[-1][0] < final - early:",
+        "    if False:",
     ),
     "M38": (
         "rule 1: a claimant that diverged on seeds its rival finished holds on the seeds it survived",
@@ -226,7 +226,7 @@ MUTANTS = {
     ),
     "M39": (
         "rule 3: noise repeats that gave one result measured as a floor of 0 (any gap decides)",
-        "        if spreads and not any(spreads.values()):  # a spread of 0 would let any gap decide\n",
+        "        if measured and not spreads:  # it would let any gap decide\n",
         "        if False:\n",
     ),
     "M40": (
@@ -325,13 +325,13 @@ MUTANTS = {
     ),
     "M58": (
         "the table: a not-run line asks to run rows that finished or diverged",
-        "if not judged_on.diverged(c, r) and not finished_runs(judged_on.out / c, r)",
+        "if not ended_by_diverging(judged_on, c, r) and not finished_runs(judged_on.out / c, r)",
         "if True",
         "pfedkit/experiments/reproduce.py",
     ),
     "M59": (
         "owed seeds: a command printed where every seed has ended (diverged runs are not run again)",
-        '        if all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):',
+        '        if ended and all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):',
         "        if False:",
         "pfedkit/experiments/reproduce.py",
     ),
@@ -376,8 +376,10 @@ MUTANTS = {
     ),
     "M67": (
         "rule 3: a noise repeat that diverged dropped, the floor taken from the repeats that survived",
-        '        lost = [f"{row} on {run.name}" for row in noise["rows"] for run in diverged_runs('
-        'folder / noise["column"], row)]',
+        "        lost = [\n"
+        '            f"{row} on {run.name}" for row in noise["rows"] for run in diverged_seed_runs('
+        'folder / noise["column"], row)\n'
+        "        ]",
         "        lost = []",
     ),
     "M68": (
