@@ -482,6 +482,12 @@ MUTANTS = {
         "                pass\n",
         "pfedkit/experiments/reproduce.py",
     ),
+    "M86": (
+        "owed seeds: an above line that cannot tell rests on the two pairs shown only (hole 6 of sitting 40)",
+        "    basis = resting_on({o: (v, b) for o, (v, _, _, b) in pairs.items()}, verdict)\n",
+        "    basis = resting_on({o: (v, b) for o, (v, _, _, b) in pairs.items() if verdict != UNSURE or o in deciding},"
+        " verdict)\n",
+    ),
 }
 
 
