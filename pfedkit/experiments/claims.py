@@ -68,6 +68,7 @@ from pfedkit.reports.tables import (
     headline_curve,
     last_evaluations,
     own_point,
+    run_config_toml,
     summary_of,
 )
 
@@ -250,7 +251,7 @@ def stated_seed(run: Path) -> Optional[int]:
                 "restore it, or run the run again"
             )
         return summary["seed"]
-    config = run_config(run)
+    config = run_config_toml(run)
     seed = config_section(run, config, "run").get("seed")
     if seed is None and config:  # a saved config leaves nothing unstated; an older one: the default seed
         seed = RunSection.model_fields["seed"].default
@@ -261,13 +262,8 @@ def stated_seed(run: Path) -> Optional[int]:
     return seed
 
 
-def run_config(run: Path) -> dict:
-    """The run's config.toml as saved ({} where there is none); a damaged one is an error naming it."""
-    return read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
-
-
 def configured_rounds(run: Path) -> Optional[int]:
-    rounds = config_section(run, run_config(run), "train").get("rounds")
+    rounds = config_section(run, run_config_toml(run), "train").get("rounds")
     if rounds is not None and type(rounds) is not int:
         raise PfedkitError(
             f"{run / 'config.toml'} states train.rounds {rounds!r}, not a whole number: the file is damaged; restore it"

@@ -232,11 +232,16 @@ def run_devices(runs: Sequence[Path]) -> list[str]:
     """The run.device values of the runs' configs, sorted and distinct."""
     return sorted(
         {
-            config_section(run, read_toml(run / "config.toml"), "run").get("device", "cpu")
+            config_section(run, run_config_toml(run), "run").get("device", "cpu")
             for run in runs
             if (run / "config.toml").is_file()
         }
     )
+
+
+def run_config_toml(run: Path) -> dict:
+    """The run's config.toml as saved ({} where there is none); a damaged one is an error naming it."""
+    return read_toml(run / "config.toml") if (run / "config.toml").is_file() else {}
 
 
 def config_section(run: Path, config: dict, name: str) -> dict:
