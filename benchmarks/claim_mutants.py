@@ -262,8 +262,9 @@ MUTANTS = {
     ),
     "M46": (
         "rule 3: a floor's runs compared with the suite on the keys it states only (a changed default passes)",
-        '        if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS\n',
-        '        if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS and key in flat(raw)\n',
+        '        if key.split(".")[0] in SETTING_SECTIONS and (key not in PLACEMENT_KEYS or key == PRETRAINED)\n',
+        '        if key.split(".")[0] in SETTING_SECTIONS and (key not in PLACEMENT_KEYS or key == PRETRAINED)'
+        " and key in flat(raw)\n",
         "pfedkit/experiments/reproduce.py",
     ),
     "M47": (
@@ -487,6 +488,45 @@ MUTANTS = {
         "    basis = resting_on({o: (v, b) for o, (v, _, _, b) in pairs.items()}, verdict)\n",
         "    basis = resting_on({o: (v, b) for o, (v, _, _, b) in pairs.items() if verdict != UNSURE or o in deciding},"
         " verdict)\n",
+    ),
+    "M87": (
+        "near: the band's sign flipped (at least `points` ahead, not at most `points` behind)",
+        '    return margin({**claim, "at_least": -claim["points"]}, evidence)\n',
+        '    return margin({**claim, "at_least": claim["points"]}, evidence)\n',
+    ),
+    "M88": (
+        "rule 3: a run's setting compared on the keys the cell states only (a [proxy] or an option left unsaid passes)",
+        "    keys = set(setting) | stated\n",
+        "    keys = set(setting)\n",
+    ),
+    "M89": (
+        "rules 2-3: a model option stated at its default by one side and left unsaid by the other read as a difference",
+        '            stated.setdefault(f"model.options.{option}", list(default) if isinstance(default, tuple) else'
+        " default)\n",
+        "            pass\n",
+    ),
+    "M90": (
+        "rule 3: a pretrained backbone compared by where its file lies, not by whether there is one",
+        "    stated[PRETRAINED] = bool(stated.get(PRETRAINED))\n",
+        "    stated[PRETRAINED] = stated.get(PRETRAINED) or False\n",
+    ),
+    "M91": (
+        "rule 3: a floor whose noise repeat diverged dropped, so a floor measured elsewhere stands in for it",
+        "        + [(f, lv) for f, _, lv in m if f is None and lv is not None]\n",
+        "        + []\n",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M92": (
+        "a metrics.csv in percent (an accuracy above 1) judged as a run's",
+        '                if key != "round" and value not in (None, "") and not 0 <= float(value) <= 1:\n',
+        "                if False:\n",
+        "pfedkit/reports/tables.py",
+    ),
+    "M93": (
+        "owed seeds: the share of the way rounded to nearest (99.6% printed as 100%, a bar it has not reached)",
+        'f", {math.floor(100 * max(b.share or 0 for b in short) + 1e-9)}% of the way"',
+        'f", {max(b.share or 0 for b in short):.0%} of the way"',
+        "pfedkit/experiments/reproduce.py",
     ),
 }
 

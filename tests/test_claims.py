@@ -282,6 +282,25 @@ def test_rule_5_a_claim_says_whether_it_judges_the_direction_or_the_papers_margi
     assert (by_margin.verdict, by_margin.judges) == (FAILS, "margin of 0.98 points")
 
 
+def test_near_judges_a_papers_on_par_as_at_most_points_behind(tmp_path):
+    # the report's variant on par with FedPAC: a little behind is near, far behind is not, ahead is near as surely
+    for seed, (variant, fedpac) in enumerate(((0.9160, 0.9170), (0.9150, 0.9162), (0.9175, 0.9186))):
+        flat_run(tmp_path / "col" / "variant" / f"seed{seed}", variant)
+        flat_run(tmp_path / "col" / "fedpac" / f"seed{seed}", fedpac)
+        flat_run(tmp_path / "col" / "weak" / f"seed{seed}", fedpac - 0.02)
+    evidence = Evidence(tmp_path, 5, floor=0.01)
+    near = {"kind": "near", "text": "on par", "column": "col", "row": "variant", "over": ["fedpac"], "points": 0.5}
+    judged = judge(near, evidence)
+    assert (judged.verdict, judged.judges) == (
+        HOLDS,
+        "at most 0.5 points behind",
+    ) and "-0.11 over fedpac" in judged.detail
+    assert judge({**near, "points": 0.05}, evidence).verdict == FAILS  # 0.11 behind is more than 0.05
+    assert judge({**near, "row": "weak"}, evidence).verdict == FAILS  # 2 points behind
+    assert judge({**near, "row": "fedpac", "over": ["weak"]}, evidence).verdict == HOLDS  # ahead is on par or better
+    assert judge({**near, "points": 0.1}, evidence).verdict == UNSURE  # on the boundary: within 2 standard errors
+
+
 def test_within_judges_closeness_between_two_columns(tmp_path):
     flat_run(tmp_path / "ood" / "h" / "seed0", 0.500)
     flat_run(tmp_path / "in" / "h" / "seed0", 0.503)
@@ -970,6 +989,9 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
         ({"text": "t", "column": "col", "rows": ["a", "zz"]}, "row 'zz' is not in the suite's rows"),
         ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["a", "b"], "at_least": 1}, "other than"),
         ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 0}, "at_least = 0"),
+        ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["a"], "points": 1}, "other than"),
+        ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["b"], "points": 0}, "points = 0"),
+        ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 1}, "unknown key"),
         (
             {"kind": "within", "text": "t", "column": "col", "row": "a", "reference": "col", "points": 1},
             "another column",
@@ -1069,6 +1091,103 @@ def test_rule_3_a_judged_run_made_at_another_setting_than_its_cell_is_no_result(
     got = judge(ABOVE, evidence)
     assert got.verdict == UNSURE
     assert "b not judged: seed0 is not of the setting the suite gives its cell here (train.rounds 9" in got.detail
+
+
+ADAPTER_BASE = {**BASE, "model": {"name": "small-resnet-adapter", "options": {"stem_stride": 2}}}  # one option said
+
+
+@pytest.mark.parametrize(
+    "changed, named",
+    [
+        ({"proxy": {"dataset": "mnist"}}, "proxy.dataset 'mnist', the cell's None"),  # a section the cell leaves out
+        ({"model": {"name": "small-resnet-adapter", "options": {"stem_stride": 2, "dropout": 0.0}}}, "dropout 0.0"),
+        (
+            {"model": {"name": "small-resnet-adapter", "options": {"stem_stride": 2, "pretrained": "/elsewhere/b.pt"}}},
+            "model.options.pretrained True, the cell's False",
+        ),
+    ],
+)
+def test_rule_3_the_setting_check_reads_every_section_option_and_backbone_the_cell_leaves_unsaid(
+    tmp_path, changed, named
+):
+    from pfedkit.experiments import reproduce
+
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=ADAPTER_BASE)
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), base=ADAPTER_BASE)
+    for row, value in (("a", 0.58), ("b", 0.50)):  # both rows made at another setting: alike, so rule 2 passes them
+        flat_run(tmp_path / "col" / row / "seed0", value, config={**ADAPTER_BASE, **changed})
+    got = judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0])
+    assert got.verdict == UNSURE and "not judged: seed0 is not of the setting" in got.detail and named in got.detail
+    # the same runs at the cell's setting are read (b states dropout at its default, 0.3: the cell's setting too)
+    said_default = {
+        **ADAPTER_BASE,
+        "model": {"name": "small-resnet-adapter", "options": {"stem_stride": 2, "dropout": 0.3}},
+    }
+    for row, value, config in (("a", 0.58, ADAPTER_BASE), ("b", 0.50, said_default)):
+        shutil.rmtree(tmp_path / "col" / row / "seed0")
+        flat_run(tmp_path / "col" / row / "seed0", value, config=config)
+    assert judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0]).verdict == HOLDS
+    for repeat, row in enumerate(("n", "n-repeat1")):  # nor do noise repeats of another setting make a floor
+        shutil.rmtree(tmp_path / "col" / row / "seed0")
+        other = {**ADAPTER_BASE, **changed}
+        flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=other)
+    evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
+    assert evidence.floor is None and "not of this scale" in text and named in text
+
+
+def test_rule_3_a_pretrained_backbone_moved_elsewhere_is_the_cells_setting(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    def with_backbone(path):
+        return {**BASE, "model": {"name": "small-resnet-adapter", "options": {"pretrained": path}}}
+
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=with_backbone("/x.pt"))
+    for row, value in (("a", 0.58), ("b", 0.50)):  # the same backbone, its file moved: where it lies is placement
+        flat_run(tmp_path / "col" / row / "seed0", value, config=with_backbone("/moved/x.pt"))
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), base=with_backbone("/cell/x.pt"))
+    assert judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0]).verdict == HOLDS
+
+
+def test_rule_3_a_floor_whose_repeat_diverged_is_not_stood_in_for_by_another_floor(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    for repeat, (row, value) in enumerate((("n", 0.550), ("n-repeat1", 0.555))):  # a floor of 0.35 near 55%
+        flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
+    for repeat, (row, value) in enumerate((("m", 0.600), ("m-repeat1", 0.610))):  # one of 0.71 near 60%
+        flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.615)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.600)  # +1.5: beyond 2 standard errors of 55%'s floor, not of 60%'s
+    noise = {"noise": [{"column": "col", "rows": ["n", "n-repeat1"]}, {"column": "col", "rows": ["m", "m-repeat1"]}]}
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "m", "m-repeat1"), **noise)
+    got = judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0])
+    assert got.verdict == UNSURE and "within 2 standard errors of 1.00" in got.detail  # the floor at 60% bounds them
+    stopped = tmp_path / "col" / "m-repeat1" / "seed0"  # that repeat diverged instead
+    shutil.rmtree(stopped)
+    stopped.mkdir()
+    (stopped / "diverged.json").write_text("{}")
+    evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
+    assert "diverged" in text
+    got = judge(ABOVE, evidence)
+    assert got.verdict == UNSURE and "not measured: a noise repeat diverged" in got.detail  # not 55%'s holds
+
+
+def test_an_accuracy_outside_0_to_1_is_no_result_and_is_named(tmp_path):
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
+    flat_run(tmp_path / "col" / "b" / "seed0", 50.0)  # a metrics.csv written in percent: not a run's
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE and "acc '50.0' in the row of round '0' is not a share between 0 and 1" in got.detail
+
+
+def test_the_owed_list_rounds_the_share_of_the_way_down(tmp_path):
+    from pfedkit.experiments.claims import Judgement
+    from pfedkit.experiments.reproduce import seeds_owed
+
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1"))
+    almost = Basis((("col", "a"), ("col", "b")), ("seed0",), 0.996)  # short of the bar: not "100% of the way"
+    owed = seeds_owed(suite, "toy#1", "small", False, Judgement(UNSURE, "direction", "", (almost,)))
+    assert "cannot tell on 1 seed, 99% of the way (a vs b)" in owed[0]
 
 
 def test_within_and_number_name_the_seeds_they_leave_out(tmp_path):

@@ -3,7 +3,8 @@ function here, so that no verdict can contradict them. docs/REPRODUCTION.md's cl
 (`pfedkit reproduce --claims`).
 
 Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, each pair on
-its own. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points.
+its own. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points; "near"
+judges a paper's "on par" or "near-highest": `row` at most `points` behind each of `over` (a margin of -points).
 "within" judges closeness: `row` in `column` within `points` of the same row in the `reference` column; "number"
 judges a match: `row` within `points` of a paper's number `value` (one run against a constant: the floor counts once);
 "count" a parameter count: the trainable parameters of a `model` built here against the paper's `millions`, at the
@@ -24,9 +25,10 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    record it: the data's checksum, a pretrained backbone or none, pfedkit's version for built-in methods.
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
    below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
-   a run.repeat each and nothing else different; one that diverged: no floor), measured at the claim's scale (its
-   runs as the suite sets them there, every setting key, defaults included, and the judged runs likewise at their
-   cells' and of their rows' methods; a floor bounds every row near its accuracy, whatever the row's own changes; a
+   a run.repeat each and nothing else different; one that diverged: no floor, and no floor measured elsewhere stands
+   in for it near its accuracy), measured at the claim's scale (its runs as the suite sets them there, every setting
+   key, defaults included (every model option, a [proxy] section, a pretrained backbone or none), and the judged runs
+   likewise at their cells' and of their rows' methods; a floor bounds every row near its accuracy, whatever the row's own changes; a
    suite's floor bounds all its columns, which differ only in what the columns change, while a borrowed floor bounds
    only columns of its setting), device and evaluation point (runs read at their own points: where the floor's runs
    were read): each compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a
@@ -55,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
-from pfedkit.config import RunSection, flat, read_toml
+from pfedkit.config import PLACEMENT_KEYS, RunSection, flat, read_toml
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import (
@@ -74,6 +76,8 @@ from pfedkit.reports.tables import (
 
 HOLDS, FAILS, UNSURE, NOT_RUN = "holds", "does not hold", "cannot tell", "not run"
 FLOOR_REACH = 15.0  # points: a floor measured this far from the compared rows' accuracy does not apply to them
+# the config sections a scale and a column fix, the method aside: what rule 3's setting check compares
+SETTING_SECTIONS = ("train", "data", "partition", "model", "eval", "proxy")
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ class Basis:
 @dataclass(frozen=True)
 class Judgement:
     verdict: str  # HOLDS, FAILS, UNSURE or NOT_RUN
-    judges: str  # "direction", "margin of N points" or "within N points"
+    judges: str  # "direction", "margin of N points", "at most N points behind" or "within N points"
     detail: str = ""  # the numbers, and which rule decided
     basis: tuple[Basis, ...] = ()  # the comparisons shown as deciding it (the seeds a verdict still owes)
 
@@ -107,7 +111,8 @@ class Evidence:
     floor: Optional[float] = None  # standard deviation (points) of one config's result over repeats
     floor_at: Optional[float] = None  # the accuracy (%) of the runs the floor was measured on; None: not known
     column_keys: Mapping[str, frozenset] = field(default_factory=dict)  # config keys each column changes
-    more_floors: tuple[tuple[float, float], ...] = ()  # further (floor, accuracy) pairs, measured at other levels
+    # further (floor, accuracy) pairs, measured at other levels; a floor of None: a repeat there diverged (no floor)
+    more_floors: tuple[tuple[Optional[float], float], ...] = ()
     # the floors above are measured at paper_point; these, as (floor, accuracy) pairs, at the other points claims name
     floors_at_points: Mapping[str, tuple[tuple[float, Optional[float]], ...]] = field(default_factory=dict)
     # without a paper_point each run is read at its own point: the one the floor's runs were read at (None: unknown)
@@ -145,6 +150,8 @@ class Evidence:
                 if not unknown:
                     return None, f"the suite's nearest was measured at {at:.1f}%, far from a row at {accuracy:.1f}%"
                 floor = unknown[0]
+            if floor is None:  # a floor whose repeat diverged: a floor measured elsewhere must not stand in for it
+                return None, f"the one nearest a row at {accuracy:.1f}% was not measured: a noise repeat diverged"
             chosen.append(floor)
         return math.sqrt(statistics.fmean(f**2 for f in chosen)), ""
 
@@ -180,11 +187,8 @@ class Evidence:
             return ""
         if not (run / "config.toml").is_file():
             return "it has no config.toml to compare"
-        config = saved_config(run)
-        for key, value in self.setting(column, row).items():
-            if repr(config.get(key)) != repr(value):
-                return f"{key} {config.get(key)!r}, the cell's {value!r}"
-        return ""
+        found = setting_differences(saved_config(run), self.setting(column, row), SETTING_SECTIONS)
+        return found[0] if found else ""
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
         return [d for d in seed_runs(self.out / column, row) if d.name in seeds]
@@ -434,13 +438,53 @@ def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point
     return Trend(gain, shape == "rising", rate)
 
 
+PRETRAINED = "model.options.pretrained"
+
+
+def with_model_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat config with every option of its model stated, the default where it says none (a run that leaves dropout
+    unsaid ran at its default: the same as one stating it)."""
+    from pfedkit.models import MODEL_NAMES, model_options
+
+    stated = dict(config)
+    name = stated.get("model.name")
+    if name in MODEL_NAMES:
+        for option, default in model_options(name).items():  # a default tuple as a saved config reads it: a list
+            stated.setdefault(f"model.options.{option}", list(default) if isinstance(default, tuple) else default)
+    if stated.get("model.options") == {}:  # no options stated: a flat leaf, where options stated are keys of their own
+        del stated["model.options"]
+    return stated
+
+
+def as_setting(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat config as rule 3's setting check reads it: every model option stated (`with_model_defaults`), and a
+    pretrained backbone as whether there is one (where its file lies is placement, that it was used is not)."""
+    stated = with_model_defaults(config)
+    stated[PRETRAINED] = bool(stated.get(PRETRAINED))
+    return stated
+
+
+def setting_differences(config: Mapping[str, Any], setting: Mapping[str, Any], sections: Sequence[str]) -> list[str]:
+    """Rule 3: how a run's flat config differs from the setting its cell has ("key run's, cell's"), every key of
+    `sections` either states (one the cell leaves unsaid that the run sets, a [proxy] say, differs too), method values
+    aside unless the setting names them."""
+    theirs = as_setting(config)
+    stated = {k for k in theirs if k.split(".")[0] in sections and (k not in PLACEMENT_KEYS or k == PRETRAINED)}
+    keys = set(setting) | stated
+    return [
+        f"{key} {theirs.get(key)!r}, the cell's {setting.get(key)!r}"
+        for key in sorted(keys)
+        if repr(theirs.get(key)) != repr(setting.get(key))
+    ]
+
+
 def saved_config(run: Path) -> dict[str, Any]:
-    """The run's config.toml as flat keys, every value stated: the defaults of keys added since it ran, and of its
-    method's hyper-parameters (absent: the default)."""
+    """The run's config.toml as flat keys, every value stated: the defaults of keys added since it ran, of its
+    method's hyper-parameters and of its model's options (absent: the default)."""
     if not (run / "config.toml").exists():
         return {}
     try:
-        return flat(with_method_values(read_saved_config(run / "config.toml")).to_dict())
+        return with_model_defaults(flat(with_method_values(read_saved_config(run / "config.toml")).to_dict()))
     except PfedkitError:  # a config this version no longer reads: compare what it says
         return flat(read_toml(run / "config.toml"))
 
@@ -632,7 +676,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
 
 def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     column, point, row, need = claim["column"], evidence.point(claim), claim["row"], claim["at_least"]
-    judges = f"margin of {need:g} points"
+    judges = f"margin of {need:g} points" if need > 0 else f"at most {-need:g} points behind"
     ours, ours_unread = evidence.read(column, row, point)
     if not ours:
         return (
@@ -675,6 +719,12 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
     missing = evidence.absent(column, absent) + read_notes(evidence, column, read)
     return Judgement(verdict, judges, "; ".join(parts) + missing, resting_on(bases, verdict))
+
+
+def near(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """`row` at most `points` behind each of `over` (a paper's "on par", "near-highest"): a margin of -points, by the
+    same rules, so a row ahead holds as surely as one a little behind."""
+    return margin({**claim, "at_least": -claim["points"]}, evidence)
 
 
 def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
@@ -804,6 +854,7 @@ KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
     "above": above,
     "within": within,
     "margin": margin,
+    "near": near,
     "number": number,
     "count": count,
 }
@@ -837,6 +888,21 @@ def not_repeats(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return unlike_runs(configs, ("run.repeat",))
 
 
+def surviving_level(column_dir: Path, rows: Sequence[str], k: int, point: Optional[str]) -> Optional[float]:
+    """The mean accuracy (%) of the noise rows' finished runs beside one that diverged: where its floor would have
+    been measured (None if none can be read)."""
+    values = []
+    for row in rows:
+        for run in seed_runs(column_dir, row):
+            try:
+                value, _ = read_run(run, k, point)
+            except PfedkitError:
+                continue
+            if value is not None:
+                values.append(value)
+    return statistics.fmean(values) if values else None
+
+
 def measured_floor(
     noise: Optional[Mapping[str, Any]],
     folders: Sequence[Path],
@@ -847,7 +913,8 @@ def measured_floor(
     """The suite's noise floor (rule 3) from its `noise` rows, in the first of `folders` where two or more of them
     finished one seed, repeats of one config, each as `expected(row)` (flat keys: what the scale fixes) says: (the
     pooled standard deviation over those seeds, where it was measured, the accuracy (%) of the runs it was measured
-    on)."""
+    on). Where a repeat diverged: no floor, at the accuracy of the repeats that finished (no other floor may stand in
+    for it there)."""
     if not noise:
         return None, "no noise rows in the suite", None
     for folder in folders:
@@ -857,7 +924,11 @@ def measured_floor(
             f"{row} on {run.name}" for row in noise["rows"] for run in diverged_seed_runs(folder / noise["column"], row)
         ]
         if lost:  # the repeats that survived understate the spread: a divergence is a draw's worst result
-            return None, f"not measured: a noise row's run diverged ({lost[0]}); run it again, or name other rows", None
+            return (
+                None,
+                f"not measured: a noise row's run diverged ({lost[0]}); run it again, or name other rows",
+                surviving_level(folder / noise["column"], noise["rows"], k, point),  # rows near it get no floor
+            )
         try:  # a noise run misfiled or unreadable: no floor until it is put right
             for row in noise["rows"]:
                 for run in seed_runs(folder / noise["column"], row):
@@ -876,11 +947,10 @@ def measured_floor(
         # measured at the scale it is applied at: each run as the suite sets its row at this scale (rounds, data, ...)
         setting = {row: expected(row) if expected else {} for row in noise["rows"]}  # once a row, not once a run
         elsewhere = [
-            f"{key} {config.get(key)!r} in {row}'s {seed}, the scale's {value!r}"
+            f"{found} in {row}'s {seed}"
             for seed in sorted(configs)
             for row, config in configs[seed].items()
-            for key, value in setting[row].items()
-            if repr(config.get(key)) != repr(value)
+            for found in (setting_differences(config, setting[row], SETTING_SECTIONS) if expected else [])
         ]
         if elsewhere:
             return None, f"not measured: the noise rows' runs are not of this scale ({elsewhere[0]})", None

@@ -10,6 +10,7 @@ The suites themselves are data: one TOML file per paper table in `pfedkit/experi
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -19,9 +20,12 @@ from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.experiments.claims import (
     FAILS,
     HOLDS,
+    PRETRAINED,
+    SETTING_SECTIONS,
     UNSURE,
     Evidence,
     Judgement,
+    as_setting,
     check_claims,
     judge,
     measured_floor,
@@ -459,7 +463,12 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
         p: [measured_floor(n, [folder], k, p, noise_setting(source, scale, n["column"])) for n in entries]
         for p in points
     }
-    found = {p: [(f, level) for f, _, level in m if f is not None] for p, m in measured.items()}
+    # the floors measured, then where a repeat diverged (no floor, at its level: no other floor stands in there)
+    found = {
+        p: [(f, level) for f, _, level in m if f is not None]
+        + [(f, lv) for f, _, lv in m if f is None and lv is not None]
+        for p, m in measured.items()
+    }
     at_paper = measured[suite.paper_point]
     text = "; ".join(t for _, t, _ in at_paper) if at_paper else "no noise rows in the suite"
     judged = [run for c in suite.columns for r in suite.rows for run in finished_runs(out / c, r)]
@@ -482,12 +491,14 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
         if any((device == "cpu") == on_gpu for device in devices):
             found = {p: [] for p in points}
             text = f"not used: {name} holds runs with run.device {', '.join(devices)} (a GPU's go in <folder>_gpu)"
-    floor, level = found[suite.paper_point][0] if found[suite.paper_point] else (None, None)
+    at_paper_floors = found[suite.paper_point]
+    measured_first = bool(at_paper_floors) and at_paper_floors[0][0] is not None
+    floor, level = at_paper_floors[0] if measured_first else (None, None)
     if source is not suite and not text.startswith("not used"):
         text += f", borrowed from suite {source.name} (the same setting)"
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
     elsewhere = {p: tuple(found[p]) for p in points[1:] if found[p]}
-    more = tuple(found[suite.paper_point][1:])
+    more = tuple(at_paper_floors[1:] if measured_first else at_paper_floors)
     setting = cell_setting(suite, scale)
     return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere, floor_point, setting), text
 
@@ -521,9 +532,6 @@ def borrowed_differences(suite: Suite, source: Suite, scale: str) -> str:
     return ""
 
 
-SETTING_SECTIONS = ("train", "data", "partition", "model", "eval")  # what a scale and a column fix, method aside
-
-
 def scale_setting(suite: Suite, scale: str, column: str, row: str) -> dict[str, Any]:
     """The setting of a cell at `scale`: its config's SETTING_SECTIONS as flat keys, every one stated (where runs are
     kept aside)."""
@@ -532,11 +540,11 @@ def scale_setting(suite: Suite, scale: str, column: str, row: str) -> dict[str, 
     raw = cell_config(suite, scale, column, row)
     # every value as a run's config states it (1 -> 1.0, ...), the defaults the suite leaves unsaid included: a
     # run made under another default is of another setting
-    stated = flat(parse_config(raw).to_dict())
+    stated = as_setting(flat(parse_config(raw).to_dict()))
     return {
         key: value
         for key, value in stated.items()
-        if key.split(".")[0] in SETTING_SECTIONS and key not in PLACEMENT_KEYS
+        if key.split(".")[0] in SETTING_SECTIONS and (key not in PLACEMENT_KEYS or key == PRETRAINED)
     }
 
 
@@ -705,7 +713,8 @@ def seeds_owed(
         " vs ".join(row if len({c for c, _ in b.cells}) == 1 else f"{row} in {column}" for column, row in b.cells)
         for b in short
     )
-    way = f", {max(b.share or 0 for b in short):.0%} of the way" if not decided else ""
+    # rounded down (a gap 99.6% of the way has not reached the bar, and "100%" would say it had), float error aside
+    way = f", {math.floor(100 * max(b.share or 0 for b in short) + 1e-9)}% of the way" if not decided else ""
     seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
     command = suite_command(suite, columns, rows, scale, on_gpu, runs_root) + seeds_to_run
     said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "

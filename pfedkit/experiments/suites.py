@@ -40,6 +40,8 @@ CLAIM_KEYS = {
     "above": {"text", "column", "rows", "point", "differ_in"},
     "within": {"kind", "text", "column", "row", "reference", "points", "label", "point", "differ_in"},
     "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
+    # a paper's "on par" or "near-highest": row at most `points` behind each of over
+    "near": {"kind", "text", "column", "row", "over", "points", "point", "differ_in"},
     "number": {"kind", "text", "column", "row", "value", "points", "point"},
     # a trainable-parameter count of a model built here (options as a config's model.options), no runs needed
     "count": {"kind", "text", "model", "options", "input_shape", "num_classes", "millions"},
@@ -58,6 +60,7 @@ CLAIM_NEEDS = {  # the keys without which a kind cannot be judged
     "above": ("text", "column", "rows"),
     "within": ("text", "column", "row", "reference", "points"),
     "margin": ("text", "column", "row", "over", "at_least"),
+    "near": ("text", "column", "row", "over", "points"),
     "number": ("text", "column", "row", "value", "points"),
     "count": ("text", "model", "input_shape", "num_classes", "millions"),
     "unjudged": ("text", "not_run"),
@@ -144,7 +147,7 @@ def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any
         return f'point = {claim["point"]!r}; use "start" or "after-local"'
     if kind == "above" and (len(claim["rows"]) < 2 or len(set(claim["rows"])) != len(claim["rows"])):
         return "rows must name the claimant and at least one other row, each once"
-    if kind == "margin" and (not claim["over"] or claim["row"] in claim["over"]):
+    if kind in ("margin", "near") and (not claim["over"] or claim["row"] in claim["over"]):
         return "over must name at least one row other than row"
     if kind == "within" and claim["reference"] == claim["column"]:
         return "reference must be another column than column (a row is always within 0 points of itself)"

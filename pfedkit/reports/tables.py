@@ -115,6 +115,11 @@ def run_metrics(run_dir: Path) -> list[dict[str, str]]:
             try:
                 if value not in (None, "") and not math.isfinite(float(value)):
                     raise ValueError(value)  # nan or inf: no accuracy a run can have
+                if key != "round" and value not in (None, "") and not 0 <= float(value) <= 1:
+                    raise PfedkitError(
+                        f"{path}: {key} {value!r} in the row of round {row.get('round')!r} is not a share between 0 "
+                        "and 1 (a percentage?); the file is not a run's: restore it, or run the run again"
+                    )
                 if key == "round" and (value in (None, "") or not float(value).is_integer()):
                     raise ValueError(value)  # every row is a round's: a whole number
             except ValueError:
