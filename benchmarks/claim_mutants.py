@@ -528,6 +528,18 @@ MUTANTS = {
         'f", {max(b.share or 0 for b in short):.0%} of the way"',
         "pfedkit/experiments/reproduce.py",
     ),
+    "M94": (
+        "rule 3: a sibling row's run (one method, another value the suite gives a row) read as the row's result",
+        "            **row_method_values(suite, scale, column, row, tuned.get(row, ())),\n",
+        "",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M95": (
+        "rule 3: a row run at tuned values (--tuned) refused as of another setting than its cell's",
+        "    setting = cell_setting(suite, scale, tuned_keys(out))\n",
+        "    setting = cell_setting(suite, scale)\n",
+        "pfedkit/experiments/reproduce.py",
+    ),
 }
 
 

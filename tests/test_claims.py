@@ -1455,6 +1455,27 @@ def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result
     assert evidence.floor is None and "method.name 'fedper'" in text
 
 
+def test_rule_3_a_sibling_rows_run_is_not_this_rows_result_unless_the_row_ran_tuned(tmp_path):
+    from pfedkit.experiments import reproduce
+
+    for repeat, row in enumerate(("n", "n-repeat1")):
+        flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
+    rows = {"a": 0.1, "b": 0.01}  # two rows of one method, another value each
+    suite = toy_suite(
+        ({**ABOVE, "differ_in": ["method.mu"]},),
+        ("n", "n-repeat1"),
+        row_changes={row: {"method": {"name": "fedprox", "mu": mu}} for row, mu in rows.items()},
+    )
+    for row, value in (("a", 0.58), ("b", 0.50)):  # b's run left in a's folder too: rule 2 allows mu, the claim's
+        flat_run(tmp_path / "col" / row / "seed0", value, config={**BASE, "method": {"name": "fedprox", "mu": 0.01}})
+    got = judge({**ABOVE, "differ_in": ["method.mu"]}, reproduce.suite_evidence(suite, tmp_path, "small", False)[0])
+    assert got.verdict == UNSURE and "a not judged: seed0 is not of the setting" in got.detail
+    assert "method.mu 0.01, the cell's 0.1" in got.detail
+    (tmp_path / "tuned.json").write_text(json.dumps({"a": {"values": {"mu": 0.01}, "about": "validation"}}))
+    got = judge({**ABOVE, "differ_in": ["method.mu"]}, reproduce.suite_evidence(suite, tmp_path, "small", False)[0])
+    assert got.verdict == HOLDS  # a ran at its tuned value: its cell's setting
+
+
 def test_a_floor_borrowed_at_a_scale_its_source_lacks_is_named_not_a_crash(tmp_path, monkeypatch):
     from pfedkit.experiments import reproduce
     from pfedkit.experiments.suite import Scale

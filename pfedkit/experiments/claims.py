@@ -24,18 +24,18 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    may differ in what the columns change). Of where a run is kept, what says what it ran is compared where both runs
    record it: the data's checksum, a pretrained backbone or none, pfedkit's version for built-in methods.
 3. Noise: the standard error of the mean gap comes from the spread of the per-seed gaps (between seeds), and is never
-   below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method,
-   a run.repeat each and nothing else different; one that diverged: no floor, and no floor measured elsewhere stands
-   in for it near its accuracy), measured at the claim's scale (its runs as the suite sets them there, every setting
+   below what a noise floor gives: the spread of repeated runs of one config (the suite's `noise` rows: one method, a
+   run.repeat each and nothing else different; one that diverged: no floor, and no floor measured elsewhere stands in
+   for it near its accuracy), measured at the claim's scale (its runs as the suite sets them there, every setting
    key, defaults included (every model option, a [proxy] section, a pretrained backbone or none), and the judged runs
-   likewise at their cells' and of their rows' methods; a floor bounds every row near its accuracy, whatever the row's own changes; a
-   suite's floor bounds all its columns, which differ only in what the columns change, while a borrowed floor bounds
-   only columns of its setting), device and evaluation point (runs read at their own points: where the floor's runs
-   were read): each compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a
-   pair the root mean square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite
-   result; repeats that gave one result (a spread of 0) are no floor. A gap within two standard errors of its
-   boundary, or exactly on them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not
-   their distances.
+   likewise at their cells', of their rows' methods and at the method values the suite gives their rows (less those a
+   `--tuned` run took); a floor bounds every row near its accuracy, whatever the row's own changes; a suite's floor
+   bounds all its columns, which differ only in what the columns change, while a borrowed floor bounds only columns
+   of its setting), device and evaluation point (runs read at their own points: where the floor's runs were read):
+   each compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a pair the root
+   mean square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite result; repeats
+   that gave one result (a spread of 0) are no floor. A gap within two standard errors of its boundary, or exactly on
+   them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster per
    round than the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's
    curve still rises at all (but away from a number it already fails); for "within", while either curve rises faster

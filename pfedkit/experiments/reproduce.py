@@ -244,6 +244,17 @@ def record_tuned(out: Path, tuned_rows: Mapping[str, Mapping[str, Any]]) -> None
     atomic_write_text(out / TUNED, json.dumps({**saved, **tuned_rows}, indent=2, sort_keys=True))
 
 
+def tuned_keys(out: Path) -> dict[str, list[str]]:
+    """row -> the method keys the suite folder's rows ran at tuned values (`record_tuned`), none where none did."""
+    if not (out / TUNED).is_file():
+        return {}
+    try:
+        record = json.loads((out / TUNED).read_text())
+    except ValueError as err:
+        raise ConfigError(f"{out / TUNED} is not valid JSON ({err}): restore it, or tune and run again") from None
+    return {row: list(entry.get("values", {})) for row, entry in record.items() if isinstance(entry, dict)}
+
+
 def tuned_lines(out: Path) -> list[str]:
     if not (out / TUNED).exists():
         return []
@@ -499,18 +510,21 @@ def suite_evidence(suite: Suite, out: Path, scale: str, on_gpu: bool) -> tuple[E
     column_keys = {name: frozenset(flat(dict(column.changes))) for name, column in suite.columns.items()}
     elsewhere = {p: tuple(found[p]) for p in points[1:] if found[p]}
     more = tuple(at_paper_floors[1:] if measured_first else at_paper_floors)
-    setting = cell_setting(suite, scale)
+    setting = cell_setting(suite, scale, tuned_keys(out))
     return Evidence(out, k, suite.paper_point, floor, level, column_keys, more, elsewhere, floor_point, setting), text
 
 
-def cell_setting(suite: Suite, scale: str) -> Callable[[str, str], dict[str, Any]]:
-    """(column, row) -> the setting (`noise_setting`: the method's name, its values aside, so a row's tuned values
-    too) the suite gives that cell at `scale`: what the judged runs must have for the scale's floor to bound them."""
+def cell_setting(
+    suite: Suite, scale: str, tuned: Mapping[str, Iterable[str]] = {}
+) -> Callable[[str, str], dict[str, Any]]:
+    """(column, row) -> the setting (`noise_setting`: the method's name and the values the suite states for the row,
+    less those a `--tuned` run took, `tuned`) the suite gives that cell at `scale`: what the judged runs must have for
+    the scale's floor to bound them."""
     known: dict[tuple[str, str], dict[str, Any]] = {}
 
     def setting(column: str, row: str) -> dict[str, Any]:
         if (column, row) not in known:
-            known[column, row] = noise_setting(suite, scale, column)(row) if column in suite.columns else {}
+            known[column, row] = noise_setting(suite, scale, column, tuned)(row) if column in suite.columns else {}
         return known[column, row]
 
     return setting
@@ -548,17 +562,35 @@ def scale_setting(suite: Suite, scale: str, column: str, row: str) -> dict[str, 
     }
 
 
-def noise_setting(suite: Suite, scale: str, column: str) -> Callable[[str], dict[str, Any]]:
-    """row -> the setting a noise row's run must have to bound this scale's runs: its cell's `scale_setting`, and the
-    method the row runs (a run of another method in its folder is not that row's result)."""
+def noise_setting(
+    suite: Suite, scale: str, column: str, tuned: Mapping[str, Iterable[str]] = {}
+) -> Callable[[str], dict[str, Any]]:
+    """row -> the setting a noise row's run must have to bound this scale's runs: its cell's `scale_setting`, the
+    method the row runs (a run of another method in its folder is not that row's result) and the method values the
+    suite gives the row (a sibling row's run, another value of one method, is not its result either), less those
+    `tuned` names for it (a row run at tuned values)."""
 
     def expected(row: str) -> dict[str, Any]:
         return {
             **scale_setting(suite, scale, column, row),
             "method.name": suite.method_of(row),
+            **row_method_values(suite, scale, column, row, tuned.get(row, ())),
         }
 
     return expected
+
+
+def row_method_values(suite: Suite, scale: str, column: str, row: str, tuned: Iterable[str] = ()) -> dict[str, Any]:
+    """The method values the suite states for a row's cell (its row changes at every level, `name` aside), flat and as
+    a run saves them, less the `tuned` keys."""
+    from pfedkit.registry import with_method_values
+
+    raw = cell_config(suite, scale, column, row)
+    stated = {f"method.{key}" for key in raw.get("method", {}) if key != "name" and key not in set(tuned)}
+    if not stated:
+        return {}
+    values = flat(with_method_values(method_config(raw, suite.method_of(row), 0)).to_dict())
+    return {key: value for key, value in values.items() if key in stated or key.rpartition(".")[0] in stated}
 
 
 def noise_entries(noise: Any) -> list[Mapping[str, Any]]:
