@@ -534,6 +534,12 @@ MUTANTS = {
         "",
         "pfedkit/experiments/reproduce.py",
     ),
+    "M96": (
+        "below: a row that performs poorly judged against the closest row only (the first pair that holds decides)",
+        "    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)\n"
+        "\n    def closeness",
+        "    verdict = HOLDS if HOLDS in verdicts else (FAILS if FAILS in verdicts else UNSURE)\n\n    def closeness",
+    ),
     "M95": (
         "rule 3: a row run at tuned values (--tuned) refused as of another setting than its cell's",
         "    setting = cell_setting(suite, scale, tuned_keys(out))\n",

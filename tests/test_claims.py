@@ -301,6 +301,22 @@ def test_near_judges_a_papers_on_par_as_at_most_points_behind(tmp_path):
     assert judge({**near, "points": 0.1}, evidence).verdict == UNSURE  # on the boundary: within 2 standard errors
 
 
+def test_below_judges_a_row_that_performs_poorly_against_every_other(tmp_path):
+    for row, value in (("poor", 0.50), ("b", 0.58), ("c", 0.55), ("close", 0.502), ("worse", 0.45)):
+        flat_run(tmp_path / "col" / row / "seed0", value)
+    evidence = Evidence(tmp_path, 5, floor=0.1)
+    claim = {"kind": "below", "text": "poor below", "column": "col", "rows": ["poor", "b", "c"]}
+    got = judge(claim, evidence)
+    assert (got.verdict, got.judges) == (HOLDS, "direction") and "c above poor" in got.detail  # the closest pair shown
+    assert judge({**claim, "rows": ["poor", "b", "worse"]}, evidence).verdict == FAILS  # one row below it
+    unsure = judge({**claim, "rows": ["poor", "b", "close"]}, evidence)
+    assert unsure.verdict == UNSURE and "close above poor" in unsure.detail  # +0.20: within 2 standard errors
+    assert [b.cells for b in unsure.basis] == [(("col", "close"), ("col", "poor"))]  # what it owes seeds for
+    absent = judge({**claim, "rows": ["poor", "b", "nowhere"]}, evidence)
+    assert absent.verdict == HOLDS and "not run: nowhere" in absent.detail  # the rows that ran decide it
+    assert judge({**claim, "rows": ["nowhere", "b"]}, evidence).verdict == NOT_RUN
+
+
 def test_within_judges_closeness_between_two_columns(tmp_path):
     flat_run(tmp_path / "ood" / "h" / "seed0", 0.500)
     flat_run(tmp_path / "in" / "h" / "seed0", 0.503)
@@ -990,6 +1006,7 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
         ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["a", "b"], "at_least": 1}, "other than"),
         ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 0}, "at_least = 0"),
         ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["a"], "points": 1}, "other than"),
+        ({"kind": "below", "text": "t", "column": "col", "rows": ["a"]}, "at least one other row"),
         ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["b"], "points": 0}, "points = 0"),
         ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 1}, "unknown key"),
         (

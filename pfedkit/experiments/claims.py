@@ -2,13 +2,14 @@
 function here, so that no verdict can contradict them. docs/REPRODUCTION.md's claims table is generated from them
 (`pfedkit reproduce --claims`).
 
-Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, each pair on
-its own. "margin" judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points; "near"
-judges a paper's "on par" or "near-highest": `row` at most `points` behind each of `over` (a margin of -points).
-"within" judges closeness: `row` in `column` within `points` of the same row in the `reference` column; "number"
-judges a match: `row` within `points` of a paper's number `value` (one run against a constant: the floor counts once);
-"count" a parameter count: the trainable parameters of a `model` built here against the paper's `millions`, at the
-paper's precision (no runs and no noise: rules 1-4 do not apply).
+Kinds: "above" (the default) judges a direction: the first of `rows` above every other in `column`, each pair on its
+own; "below" the first of `rows` below every other (a paper's "performs poorly"), each pair as "above". "margin"
+judges the paper's margin: `row` ahead of each of `over` by at least `at_least` points; "near" judges a paper's "on
+par" or "near-highest": `row` at most `points` behind each of `over` (a margin of -points). "within" judges
+closeness: `row` in `column` within `points` of the same row in the `reference` column; "number" judges a match:
+`row` within `points` of a paper's number `value` (one run against a constant: the floor counts once); "count" a
+parameter count: the trainable parameters of a `model` built here against the paper's `millions`, at the paper's
+precision (no runs and no noise: rules 1-4 do not apply).
 Every kind compares the mean accuracy of the evaluations in each run's last k rounds (the same stretch of training
 for a row evaluated every round and an FT row evaluated every 5). The rules:
 
@@ -674,6 +675,31 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}", basis)
 
 
+def below(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """The first of `rows` below every other (a paper's "performs poorly"): each pair judged as the other row above
+    it, by the rules of "above"; it holds when every pair holds and does not hold when any does not."""
+    first, others = claim["rows"][0], claim["rows"][1:]
+    pairs = {other: above({**claim, "rows": [other, first]}, evidence) for other in others}
+    judged = {other: j for other, j in pairs.items() if j.verdict != NOT_RUN}
+    if not judged:
+        return evidence.not_run("direction", claim["column"], claim["rows"])
+    verdicts = [j.verdict for j in judged.values()]
+    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
+
+    def closeness(other: str) -> float:  # how far the pair is past (or towards) its bar: the closest shown first
+        basis = judged[other].basis
+        return basis[0].share if basis and basis[0].share is not None else math.inf
+
+    shown = [o for o in sorted(judged, key=closeness) if judged[o].verdict == verdict][: 1 if verdict == HOLDS else 2]
+    left = [j.verdict for other, j in judged.items() if other not in shown]
+    counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
+    absent = [other for other, j in pairs.items() if j.verdict == NOT_RUN]
+    detail = "; ".join(f"{other} above {first}: {judged[other].detail}" for other in shown)
+    detail += (f"; the other pairs: {counts}" if left else "") + evidence.absent(claim["column"], absent)
+    bases = {other: (j.verdict, j.basis[0] if j.basis else None) for other, j in judged.items()}
+    return Judgement(verdict, "direction", detail, resting_on(bases, verdict))
+
+
 def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     column, point, row, need = claim["column"], evidence.point(claim), claim["row"], claim["at_least"]
     judges = f"margin of {need:g} points" if need > 0 else f"at most {-need:g} points behind"
@@ -852,6 +878,7 @@ def count(claim: Mapping[str, Any], evidence: Optional[Evidence] = None) -> Judg
 
 KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
     "above": above,
+    "below": below,
     "within": within,
     "margin": margin,
     "near": near,

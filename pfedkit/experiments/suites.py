@@ -38,6 +38,8 @@ SCALE_KEYS = {"about", "round_s", "changes", "row_changes", "pretrain"}
 # differ (what the paper says differs), beyond the methods themselves
 CLAIM_KEYS = {
     "above": {"text", "column", "rows", "point", "differ_in"},
+    # a paper's "performs poorly": the first of rows below every other
+    "below": {"kind", "text", "column", "rows", "point", "differ_in"},
     "within": {"kind", "text", "column", "row", "reference", "points", "label", "point", "differ_in"},
     "margin": {"kind", "text", "column", "row", "over", "at_least", "point", "differ_in"},
     # a paper's "on par" or "near-highest": row at most `points` behind each of over
@@ -58,6 +60,7 @@ def _check(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 CLAIM_NEEDS = {  # the keys without which a kind cannot be judged
     "above": ("text", "column", "rows"),
+    "below": ("text", "column", "rows"),
     "within": ("text", "column", "row", "reference", "points"),
     "margin": ("text", "column", "row", "over", "at_least"),
     "near": ("text", "column", "row", "over", "points"),
@@ -145,7 +148,7 @@ def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any
             return f"row {elsewhere[0]!r} does not run in column {column!r} (its rows: {', '.join(runs_here)})"
     if claim.get("point") not in (None, "start", "after-local"):
         return f'point = {claim["point"]!r}; use "start" or "after-local"'
-    if kind == "above" and (len(claim["rows"]) < 2 or len(set(claim["rows"])) != len(claim["rows"])):
+    if kind in ("above", "below") and (len(claim["rows"]) < 2 or len(set(claim["rows"])) != len(claim["rows"])):
         return "rows must name the claimant and at least one other row, each once"
     if kind in ("margin", "near") and (not claim["over"] or claim["row"] in claim["over"]):
         return "over must name at least one row other than row"
