@@ -535,10 +535,9 @@ MUTANTS = {
         "pfedkit/experiments/reproduce.py",
     ),
     "M96": (
-        "below: a row that performs poorly judged against the closest row only (the first pair that holds decides)",
-        "    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)\n"
-        "\n    def closeness",
-        "    verdict = HOLDS if HOLDS in verdicts else (FAILS if FAILS in verdicts else UNSURE)\n\n    def closeness",
+        "every pair (above, below, margin): a line decided by any pair that holds",
+        "    return FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)\n",
+        "    return HOLDS if HOLDS in verdicts else (FAILS if FAILS in verdicts else UNSURE)\n",
     ),
     "M95": (
         "rule 3: a row run at tuned values (--tuned) refused as of another setting than its cell's",

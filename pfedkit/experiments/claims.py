@@ -188,7 +188,7 @@ class Evidence:
             return ""
         if not (run / "config.toml").is_file():
             return "it has no config.toml to compare"
-        found = setting_differences(saved_config(run), self.setting(column, row), SETTING_SECTIONS)
+        found = setting_differences(saved_config(run), self.setting(column, row))
         return found[0] if found else ""
 
     def runs(self, column: str, row: str, seeds: Sequence[str]) -> list[Path]:
@@ -465,12 +465,12 @@ def as_setting(config: Mapping[str, Any]) -> dict[str, Any]:
     return stated
 
 
-def setting_differences(config: Mapping[str, Any], setting: Mapping[str, Any], sections: Sequence[str]) -> list[str]:
+def setting_differences(config: Mapping[str, Any], setting: Mapping[str, Any]) -> list[str]:
     """Rule 3: how a run's flat config differs from the setting its cell has ("key run's, cell's"), every key of
-    `sections` either states (one the cell leaves unsaid that the run sets, a [proxy] say, differs too), method values
-    aside unless the setting names them."""
+    SETTING_SECTIONS either states (one the cell leaves unsaid that the run sets, a [proxy] say, differs too), method
+    values aside unless the setting names them."""
     theirs = as_setting(config)
-    stated = {k for k in theirs if k.split(".")[0] in sections and (k not in PLACEMENT_KEYS or k == PRETRAINED)}
+    stated = {k for k in theirs if k.split(".")[0] in SETTING_SECTIONS and (k not in PLACEMENT_KEYS or k == PRETRAINED)}
     keys = set(setting) | stated
     return [
         f"{key} {theirs.get(key)!r}, the cell's {setting.get(key)!r}"
@@ -609,6 +609,18 @@ def survived_only(
     return UNSURE, f"{why}, but {name} diverged on {', '.join(lost)}{where}: {capped} only on the seeds it survived"
 
 
+def every_pair(verdicts: Sequence[str]) -> str:
+    """A line judged pair by pair: does not hold when any pair does not, holds when every pair holds, else cannot
+    tell."""
+    return FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
+
+
+def other_pairs(verdicts: Sequence[str]) -> str:
+    """ "; the other pairs: N holds, ..." for the pairs a line does not show ("" when it shows them all)."""
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in verdicts)
+    return f"; the other pairs: {counts}" if verdicts else ""
+
+
 def resting_on(verdicts: Mapping[str, tuple[str, Optional[Basis]]], verdict: str) -> tuple[Basis, ...]:
     """The comparisons a line's verdict rests on: every pair for holds (each had to), the best-supported failing pair
     for does not hold (one suffices), else the given ones."""
@@ -657,8 +669,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         beaten = sorted(evidence.diverged(column, other) & set(results[first]))
         verdict, why = survived_only(verdict, why, beaten, other, first, capped=FAILS)
         pairs[other] = (verdict, why, excess, basis)
-    verdicts = [v for v, *_ in pairs.values()]
-    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
+    verdict = every_pair([v for v, *_ in pairs.values()])
     # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
     closest = sorted(others, key=lambda o: abs(mean[first] - mean.get(o, mean[first])))
     deciding = [o for o in closest if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
@@ -667,9 +678,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         _, why, excess, _ = pairs[other]
         per_seed = f"; per seed {', '.join(f'{g:+.2f}' for g in excess)}" if len(excess) > 1 else ""
         shown.append(f"{other} {why}" if not excess else f"gap to {other} {why}{per_seed}")
-    left = [pairs[o][0] for o in others if o not in deciding]
-    counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
-    rest = f"; the other pairs: {counts}" if left else ""
+    rest = other_pairs([pairs[o][0] for o in others if o not in deciding])
     # every pair that cannot tell, shown or not, is what a line that cannot tell rests on (the owed list reads it)
     basis = resting_on({o: (v, b) for o, (v, _, _, b) in pairs.items()}, verdict)
     return Judgement(verdict, "direction", f"{numbers}; {'; '.join(shown)}{rest}{partly}", basis)
@@ -683,19 +692,17 @@ def below(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     judged = {other: j for other, j in pairs.items() if j.verdict != NOT_RUN}
     if not judged:
         return evidence.not_run("direction", claim["column"], claim["rows"])
-    verdicts = [j.verdict for j in judged.values()]
-    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
+    verdict = every_pair([j.verdict for j in judged.values()])
 
     def closeness(other: str) -> float:  # how far the pair is past (or towards) its bar: the closest shown first
         basis = judged[other].basis
         return basis[0].share if basis and basis[0].share is not None else math.inf
 
     shown = [o for o in sorted(judged, key=closeness) if judged[o].verdict == verdict][: 1 if verdict == HOLDS else 2]
-    left = [j.verdict for other, j in judged.items() if other not in shown]
-    counts = ", ".join(f"{left.count(v)} {v}" for v in (HOLDS, UNSURE, FAILS) if v in left)
     absent = [other for other, j in pairs.items() if j.verdict == NOT_RUN]
     detail = "; ".join(f"{other} above {first}: {judged[other].detail}" for other in shown)
-    detail += (f"; the other pairs: {counts}" if left else "") + evidence.absent(claim["column"], absent)
+    detail += other_pairs([j.verdict for other, j in judged.items() if other not in shown])
+    detail += evidence.absent(claim["column"], absent)
     bases = {other: (j.verdict, j.basis[0] if j.basis else None) for other, j in judged.items()}
     return Judgement(verdict, "direction", detail, resting_on(bases, verdict))
 
@@ -742,7 +749,7 @@ def margin(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         parts.append(f"{gap:+.2f} over {other}: {verdict} (excess {why})")
     if not verdicts:
         return evidence.not_run(judges, column, absent)
-    verdict = FAILS if FAILS in verdicts else (HOLDS if set(verdicts) == {HOLDS} else UNSURE)
+    verdict = every_pair(verdicts)
     missing = evidence.absent(column, absent) + read_notes(evidence, column, read)
     return Judgement(verdict, judges, "; ".join(parts) + missing, resting_on(bases, verdict))
 
@@ -977,7 +984,7 @@ def measured_floor(
             f"{found} in {row}'s {seed}"
             for seed in sorted(configs)
             for row, config in configs[seed].items()
-            for found in (setting_differences(config, setting[row], SETTING_SECTIONS) if expected else [])
+            for found in (setting_differences(config, setting[row]) if expected else [])
         ]
         if elsewhere:
             return None, f"not measured: the noise rows' runs are not of this scale ({elsewhere[0]})", None
