@@ -524,8 +524,8 @@ MUTANTS = {
     ),
     "M93": (
         "owed seeds: the share of the way rounded to nearest (99.6% printed as 100%, a bar it has not reached)",
-        'f", {math.floor(100 * max(b.share or 0 for b in short) + 1e-9)}% of the way"',
-        'f", {max(b.share or 0 for b in short):.0%} of the way"',
+        'f", {math.floor(100 * furthest + 1e-9)}% of the way"',
+        'f", {furthest:.0%} of the way"',
         "pfedkit/experiments/reproduce.py",
     ),
     "M94": (
@@ -543,6 +543,12 @@ MUTANTS = {
         "rule 3: a row run at tuned values (--tuned) refused as of another setting than its cell's",
         "    setting = cell_setting(suite, scale, tuned_keys(out))\n",
         "    setting = cell_setting(suite, scale)\n",
+        "pfedkit/experiments/reproduce.py",
+    ),
+    "M97": (
+        "owed seeds: a gap past the bar held open by rule 4 left off the list (rounds owed, not seeds: sitting 45)",
+        "(decided or OWED_SHARE <= (b.share or 0))]",
+        "(decided or OWED_SHARE <= (b.share or 0) < 1)]",
         "pfedkit/experiments/reproduce.py",
     ),
 }

@@ -865,6 +865,29 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
     assert judge(claims[0], suite_evidence_of(root, suite)).basis[0].seeds == ("seed0", "seed1", "seed2")
 
 
+def test_a_line_held_open_only_by_rule_4_is_owed_seeds_until_it_rests_on_three(tmp_path):
+    """Issue 61's item 5: a gap past rule 3's bar that a rising curve holds open is the nearest to deciding; more
+    seeds move its gap and its mean curve both (heart-cifar100#9 decided on its third), so it is owed them."""
+    root = tmp_path / "results"
+    noise_rows = ("n", "n-repeat1")
+    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):  # floor 0.35: one seed's bar 1.0 point
+        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    claim = {"text": "g above h", "column": "col", "rows": ["g", "h"]}
+    suite = toy_suite([claim], noise_rows, rows=("g", "h", *noise_rows))
+    from pfedkit.experiments.reproduce import claims_table
+
+    for seed in range(3):
+        flat_run(root / "toy" / "col" / "g" / f"seed{seed}", 0.56 + 0.001 * seed)
+        run(root / "toy" / "col" / "h" / f"seed{seed}", [0.45 + 0.005 * r + 0.001 * seed for r in range(20)])
+        table = "\n".join(claims_table(root, [suite]))
+        line, owed = table.partition("Lines owed seeds")[0::2]
+        assert "beyond 2 standard errors" in line and "h is still rising" in line and "provisional, holds" in line
+        if seed < 2:  # +3.75 points against a bar of 1.0, closing at +2 points in the last fifth
+            assert f"- `toy#1`: cannot tell on {seed + 1} seed{'s' if seed else ''}, past the bar (g vs h)" in owed
+        else:  # on 3 seeds it owes rounds, not seeds
+            assert "toy#1" not in owed
+
+
 def suite_evidence_of(root: Path, suite):
     from pfedkit.experiments.reproduce import suite_evidence
 

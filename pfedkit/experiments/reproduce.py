@@ -712,7 +712,8 @@ def ended_by_diverging(evidence: Evidence, column: str, row: str) -> bool:
 LEADING_SEEDS = 3  # issue 61: a verdict, or a gap halfway to one, is shown on this many seeds
 OWED_SHARE = 0.5  # a cannot-tell gap at least this share of the way to the bar (one standard error) is owed seeds
 OWED_HEADING = (
-    f"Lines owed seeds: decided, or with a gap at least halfway to rule 3's bar, on fewer than {LEADING_SEEDS} seeds; "
+    f"Lines owed seeds: decided, or with a gap at least halfway to rule 3's bar (past it, but held open by rule 4, "
+    f"included), on fewer than {LEADING_SEEDS} seeds; "
     "each with the command that runs the rest (finished cells are skipped; a line without a noise floor owes a floor "
     "first, not seeds):"
 )
@@ -732,10 +733,8 @@ def seeds_owed(
     the comparisons that decide it and the command that runs their other seeds; where every one of those seeds has
     a result in `evidence` (read at `point`) or diverged (a result, not run again), it says nothing is left to run."""
     decided = judgement.verdict in (HOLDS, FAILS)
-    # a cannot-tell gap already past the bar is held open by rule 4 (a rising curve): rounds owed, not seeds
-    short = [
-        b for b in judgement.basis if len(b.seeds) < LEADING_SEEDS and (decided or OWED_SHARE <= (b.share or 0) < 1)
-    ]
+    # a gap past the bar held open by rule 4 (a rising curve) is owed seeds too: they move the mean curve as well
+    short = [b for b in judgement.basis if len(b.seeds) < LEADING_SEEDS and (decided or OWED_SHARE <= (b.share or 0))]
     if not short:
         return []
     columns = dict.fromkeys(column for b in short for column, _ in b.cells)
@@ -746,7 +745,8 @@ def seeds_owed(
         for b in short
     )
     # rounded down (a gap 99.6% of the way has not reached the bar, and "100%" would say it had), float error aside
-    way = f", {math.floor(100 * max(b.share or 0 for b in short) + 1e-9)}% of the way" if not decided else ""
+    furthest = max(b.share or 0 for b in short)
+    way = "" if decided else f", {math.floor(100 * furthest + 1e-9)}% of the way" if furthest < 1 else ", past the bar"
     seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
     command = suite_command(suite, columns, rows, scale, on_gpu, runs_root) + seeds_to_run
     said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "
