@@ -67,6 +67,13 @@ def flat_run(folder: Path, value: float, n: int = 20, **kw):
     run(folder, [value] * n, **kw)
 
 
+def noise_runs(column: Path, **kw):
+    """A noise floor's two repeats, rows n and n-repeat1 at 54.0 and 54.5 on seed 0 (a floor of 0.35: one seed's bar
+    1.0 point); `kw`: as flat_run's."""
+    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+        flat_run(column / row / "seed0", value, repeat=repeat, **kw)
+
+
 ABOVE = {"text": "a above b", "column": "col", "rows": ["a", "b"]}
 
 
@@ -481,8 +488,7 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
         flat_run(root / folder / "col" / "a" / "seed0", a, config=cuda if folder == "toy_gpu" else None)
         flat_run(root / folder / "col" / "b" / "seed0", b, config=cuda if folder == "toy_gpu" else None)
     noise_rows = ("n", "n-repeat1")
-    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     suite = toy_suite((ABOVE,), noise_rows)
 
     def line(label: str) -> str:
@@ -491,8 +497,7 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     assert "**holds**" in line("toy#1") and "| small, 19 |" in line("toy#1")
     # the CPU's floor does not bound the GPU's runs (other kernels, TF32): no floor measured there, no verdict
     assert "**cannot tell**" in line("toy#1/gpu") and "| small (GPU), 19 |" in line("toy#1/gpu")
-    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):
-        flat_run(root / "toy_gpu" / "col" / row / "seed0", value, config=cuda, repeat=repeat)
+    noise_runs(root / "toy_gpu" / "col", config=cuda)
     assert "**does not hold**" in line("toy#1/gpu") and "**holds**" in line("toy#1")
 
 
@@ -651,8 +656,7 @@ def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(
     root, on_gpu = tmp_path / "results", {**BASE, "run": {"device": "cuda"}}
     flat_run(root / "toy" / "col" / "a" / "seed0", 0.58, config=on_gpu)  # GPU runs in the CPU's folder
     flat_run(root / "toy" / "col" / "b" / "seed0", 0.50, config=on_gpu)
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, config=BASE, repeat=repeat)
+    noise_runs(root / "toy" / "col", config=BASE)
     suite = Suite(
         name="toy",
         paper="Toy paper",
@@ -840,8 +844,7 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
     fewer than 3 seeds is listed with its comparisons and a command for seeds 0-2; three seeds take it off the list."""
     root = tmp_path / "results"
     noise_rows = ("n", "n-repeat1")
-    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):  # floor 0.35: one seed's bar 1.0 point
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     values = {"a": 0.58, "b": 0.50, "c": 0.548, "d": 0.540, "e": 0.542, "f": 0.540}
     for row, value in values.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
@@ -870,8 +873,7 @@ def test_a_line_held_open_only_by_rule_4_is_owed_seeds_until_it_rests_on_three(t
     seeds move its gap and its mean curve both (heart-cifar100#9 decided on its third), so it is owed them."""
     root = tmp_path / "results"
     noise_rows = ("n", "n-repeat1")
-    for repeat, (row, value) in enumerate(zip(noise_rows, (0.54, 0.545))):  # floor 0.35: one seed's bar 1.0 point
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     claim = {"text": "g above h", "column": "col", "rows": ["g", "h"]}
     suite = toy_suite([claim], noise_rows, rows=("g", "h", *noise_rows))
     from pfedkit.experiments.reproduce import claims_table
@@ -898,8 +900,7 @@ def test_a_misfiled_or_unreadable_run_makes_its_lines_cannot_tell_and_the_rest_o
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     for row, value in {"a": 0.58, "b": 0.50, "c": 0.58, "d": 0.50}.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd")]
@@ -1262,8 +1263,7 @@ def test_a_set_aside_folder_is_no_divergence_and_a_diverged_claimant_is_named_no
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
     aside = root / "toy" / "col" / "b" / "seed0-old"  # a copy set aside that diverged: no seed, no divergence
     aside.mkdir(parents=True)
@@ -1303,8 +1303,7 @@ def test_a_noise_run_that_cannot_be_read_leaves_the_floor_unmeasured_and_the_tab
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     for row, value in (("a", 0.58), ("b", 0.50)):
         flat_run(root / "toy" / "col" / row / "seed0", value)
     metrics = root / "toy" / "col" / "n" / "seed0" / "metrics.csv"
@@ -1321,8 +1320,7 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     for seed in range(3):
         flat_run(root / "toy" / "col" / "a" / f"seed{seed}", 0.58)
     flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
@@ -1338,8 +1336,7 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
 
 def noise_and_pair(root: Path, a: float = 0.58, b: float = 0.55) -> None:
     """A toy suite's folder: two repeats of row n (a floor of 0.35) and rows a and b, seed 0."""
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     flat_run(root / "toy" / "col" / "a" / "seed0", a)
     flat_run(root / "toy" / "col" / "b" / "seed0", b)
 
@@ -1629,8 +1626,7 @@ def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):  # a floor of 0.35: a bar of 1.0
-        flat_run(root / "toy" / "col" / row / "seed0", value, repeat=repeat)
+    noise_runs(root / "toy" / "col")
     values = {"a": 0.550, "b": 0.549, "c": 0.5505, "d": 0.542}  # a vs d: +0.80, 80% of the way, not shown
     for row, value in values.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
@@ -1649,8 +1645,7 @@ def test_a_folder_whose_runs_diverged_keeps_its_line_beside_a_folder_that_judged
     root = tmp_path / "results"
     cuda = {**BASE, "run": {"device": "cuda"}}
     for folder, config in (("toy", None), ("toy_gpu", cuda)):
-        for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
-            flat_run(root / folder / "col" / row / "seed0", value, repeat=repeat, config=config)
+        noise_runs(root / folder / "col", config=config)
         flat_run(root / folder / "col" / "b" / "seed0", 0.50, config=config)
     flat_run(root / "toy_gpu" / "col" / "a" / "seed0", 0.58, config=cuda)
     stopped = root / "toy" / "col" / "a" / "seed0"  # a diverged on the CPU: that folder's result
