@@ -67,10 +67,13 @@ def flat_run(folder: Path, value: float, n: int = 20, **kw):
     run(folder, [value] * n, **kw)
 
 
+NOISE_ROWS = ("n", "n-repeat1")  # the rows noise_runs writes, for the suite's noise entry
+
+
 def noise_runs(column: Path, **kw):
-    """A noise floor's two repeats, rows n and n-repeat1 at 54.0 and 54.5 on seed 0 (a floor of 0.35: one seed's bar
+    """A noise floor's two repeats, rows NOISE_ROWS at 54.0 and 54.5 on seed 0 (a floor of 0.35: one seed's bar
     1.0 point); `kw`: as flat_run's."""
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+    for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.54, 0.545))):
         flat_run(column / row / "seed0", value, repeat=repeat, **kw)
 
 
@@ -487,9 +490,8 @@ def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(t
     for folder, (a, b) in (("toy", (0.58, 0.50)), ("toy_gpu", (0.50, 0.58))):  # the GPU's runs say the opposite
         flat_run(root / folder / "col" / "a" / "seed0", a, config=cuda if folder == "toy_gpu" else None)
         flat_run(root / folder / "col" / "b" / "seed0", b, config=cuda if folder == "toy_gpu" else None)
-    noise_rows = ("n", "n-repeat1")
     noise_runs(root / "toy" / "col")
-    suite = toy_suite((ABOVE,), noise_rows)
+    suite = toy_suite((ABOVE,), NOISE_ROWS)
 
     def line(label: str) -> str:
         return next(x for x in claims_table(root, [suite]) if x.endswith(f"| `{label}` |"))
@@ -662,7 +664,7 @@ def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(
         paper="Toy paper",
         base=RUNS_BASE,  # what the runs state (a floor is of the setting the suite states, defaults included)
         columns={"col": Column("col")},
-        rows=("a", "b", "n", "n-repeat1"),
+        rows=("a", "b", *NOISE_ROWS),
         scales={"small": Scale({}, 0, "small")},
         claims=(ABOVE,),
         noise={"column": "col", "rows": ["n", "n-repeat1"]},
@@ -843,13 +845,12 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
     """Issue 61's item 5 as the table keeps it: a line decided, or with a gap at least halfway to rule 3's bar, on
     fewer than 3 seeds is listed with its comparisons and a command for seeds 0-2; three seeds take it off the list."""
     root = tmp_path / "results"
-    noise_rows = ("n", "n-repeat1")
     noise_runs(root / "toy" / "col")
     values = {"a": 0.58, "b": 0.50, "c": 0.548, "d": 0.540, "e": 0.542, "f": 0.540}
     for row, value in values.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd", "ef")]
-    suite = toy_suite(claims, noise_rows, rows=(*values, *noise_rows))
+    suite = toy_suite(claims, NOISE_ROWS, rows=(*values, *NOISE_ROWS))
     from pfedkit.experiments.reproduce import claims_table
 
     owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
@@ -872,10 +873,9 @@ def test_a_line_held_open_only_by_rule_4_is_owed_seeds_until_it_rests_on_three(t
     """Issue 61's item 5: a gap past rule 3's bar that a rising curve holds open is the nearest to deciding; more
     seeds move its gap and its mean curve both (heart-cifar100#9 decided on its third), so it is owed them."""
     root = tmp_path / "results"
-    noise_rows = ("n", "n-repeat1")
     noise_runs(root / "toy" / "col")
     claim = {"text": "g above h", "column": "col", "rows": ["g", "h"]}
-    suite = toy_suite([claim], noise_rows, rows=("g", "h", *noise_rows))
+    suite = toy_suite([claim], NOISE_ROWS, rows=("g", "h", *NOISE_ROWS))
     from pfedkit.experiments.reproduce import claims_table
 
     for seed in range(3):
@@ -904,7 +904,7 @@ def test_a_misfiled_or_unreadable_run_makes_its_lines_cannot_tell_and_the_rest_o
     for row, value in {"a": 0.58, "b": 0.50, "c": 0.58, "d": 0.50}.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd")]
-    suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "d", "n", "n-repeat1"))
+    suite = toy_suite(claims, NOISE_ROWS, rows=("a", "b", "c", "d", *NOISE_ROWS))
     metrics = root / "toy" / "col" / "d" / "seed0" / "metrics.csv"
     metrics.write_text(metrics.read_text().replace("0.5\n", "nan\n", 1))  # an accuracy that is not a number
     table = claims_table(root, [suite])
@@ -1275,7 +1275,7 @@ def test_a_set_aside_folder_is_no_divergence_and_a_diverged_claimant_is_named_no
     (root / "toy" / "col" / "a" / "seed0" / "diverged.json").write_text('{"round": 3}')
     margin = {"kind": "margin", "text": "a over b by 1", "column": "col", "row": "a", "over": ["b"], "at_least": 1.0}
     number = {"kind": "number", "text": "a at 58", "column": "col", "row": "a", "value": 58.0, "points": 1.0}
-    table = claims_table(root, [toy_suite((ABOVE, margin, number), ("n", "n-repeat1"))])
+    table = claims_table(root, [toy_suite((ABOVE, margin, number), NOISE_ROWS)])
     for n in (1, 2, 3):
         line = next(x for x in table if x.endswith(f"`toy#{n}` |"))
         assert "not run: a (diverged: seed0)" in line and "runs them" not in line  # b finished, a's cell is its result
@@ -1308,11 +1308,11 @@ def test_a_noise_run_that_cannot_be_read_leaves_the_floor_unmeasured_and_the_tab
         flat_run(root / "toy" / "col" / row / "seed0", value)
     metrics = root / "toy" / "col" / "n" / "seed0" / "metrics.csv"
     metrics.write_text(metrics.read_text().replace("0.54\n", "nan\n", 1))
-    table = claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])
+    table = claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS)])
     assert any("not measured: " in x and "not a number" in x for x in table)
     assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
     (root / "toy" / "col" / "b" / "seed0" / "metrics.csv").unlink()  # a judged run without its metrics
-    line = next(x for x in claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))]) if x.endswith("`toy#1` |"))
+    line = next(x for x in claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS)]) if x.endswith("`toy#1` |"))
     assert "not judged: " in line and "has no metrics.csv" in line
 
 
@@ -1324,12 +1324,12 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
     for seed in range(3):
         flat_run(root / "toy" / "col" / "a" / f"seed{seed}", 0.58)
     flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
-    owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])).partition("Lines owed seeds")[2]
+    owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS)])).partition("Lines owed seeds")[2]
     assert "- `toy#1`: holds on 1 seed (a vs b): `pfedkit reproduce toy" in owed
     for seed in (1, 2):  # b diverged on seeds 1 and 2: its result there; no command can add a seed
         (root / "toy" / "col" / "b" / f"seed{seed}").mkdir(parents=True)
         (root / "toy" / "col" / "b" / f"seed{seed}" / "diverged.json").write_text('{"round": 3}')
-    owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])).partition("Lines owed seeds")[2]
+    owed = "\n".join(claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS)])).partition("Lines owed seeds")[2]
     assert "seeds 0-2 have all ended, nothing left to run (diverged: b in col on seed1, seed2)" in owed
     assert "reproduce.py toy" not in owed
 
@@ -1352,7 +1352,7 @@ def test_a_damaged_file_the_floor_reads_leaves_the_folder_without_a_floor_not_th
         (root / "toy" / "col" / "c" / "seed0" / "config.toml").write_text("train = [[[\n")
     else:
         (root / "toy" / "col" / "n-repeat1" / "seed0" / "summary.json").write_text("{")
-    table = claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"), rows=("a", "b", "c", "n", "n-repeat1"))])
+    table = claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS, rows=("a", "b", "c", *NOISE_ROWS))])
     assert any(x.startswith("- toy: not measured: ") for x in table)
     assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
 
@@ -1383,7 +1383,7 @@ def test_a_within_claim_names_the_cell_not_run_and_columns_run_on_other_seeds_ca
         for r in "ab"
     ]
     columns = {"col": Column("col"), "ref": Column("ref")}
-    table = claims_table(root, [toy_suite(claims, ("n", "n-repeat1"), columns=columns)])
+    table = claims_table(root, [toy_suite(claims, NOISE_ROWS, columns=columns)])
     line = {n: next(x for x in table if x.endswith(f"`toy#{n}` |")) for n in (1, 2)}
     command = f"`pfedkit reproduce toy --columns ref --rows a --out {root / 'toy'}`"
     assert f"not run | no finished runs of a in column ref; {command}" in line[1]
@@ -1398,7 +1398,7 @@ def test_a_run_without_config_is_named_so_and_not_called_misfiled(tmp_path):
     flat_run(root / "toy" / "col" / "b" / "seed1", 0.55)
     flat_run(root / "toy" / "col" / "a" / "seed1", 0.58)
     (root / "toy" / "col" / "b" / "seed1" / "config.toml").unlink()  # states no seed: not misfiled, not comparable
-    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), root / "toy", "small", False)
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), NOISE_ROWS), root / "toy", "small", False)
     got = judge(ABOVE, evidence)
     assert (
         "b seed1 is not of the setting the suite gives its cell here (it has no config.toml to compare)" in got.detail
@@ -1473,7 +1473,7 @@ def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result
     root = tmp_path / "results"
     noise_and_pair(root)
     suite = toy_suite((ABOVE, {"kind": "number", "text": "a at 58", "column": "col", "row": "a", "value": 58.0,
-                               "points": 1}), ("n", "n-repeat1"))  # fmt: skip
+                               "points": 1}), NOISE_ROWS)  # fmt: skip
     evidence, _ = reproduce.suite_evidence(suite, root / "toy", "small", False)
     assert judge(ABOVE, evidence).verdict == HOLDS
     impostor = root / "toy" / "col" / "a" / "seed0"  # a FedPer run left in row a's folder (which runs fedavg)
@@ -1484,7 +1484,7 @@ def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result
         got = judge(claim, evidence)
         assert got.verdict in (UNSURE, NOT_RUN) and "method.name 'fedper', the cell's 'fedavg'" in got.detail, got
     # nor is a noise row's run of another method a repeat of its row
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         shutil.rmtree(root / "toy" / "col" / row / "seed0")
         fedper = {**BASE, "method": {"name": "fedper"}}
         flat_run(root / "toy" / "col" / row / "seed0", 0.54 + 0.005 * repeat, config=fedper, repeat=repeat)
@@ -1551,7 +1551,7 @@ def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, na
     flat_run(root / "toy" / "col" / "c" / "seed0", 0.58)
     flat_run(root / "toy" / "col" / "d" / "seed0", 0.50)
     claims = [ABOVE, {"text": "c above d", "column": "col", "rows": ["c", "d"]}]
-    suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "d", "n", "n-repeat1"))
+    suite = toy_suite(claims, NOISE_ROWS, rows=("a", "b", "c", "d", *NOISE_ROWS))
     damage(root / "toy" / "col" / "d" / "seed0")
     table = claims_table(root, [suite])  # written, whatever the damage: no traceback
     line = next(x for x in table if x.endswith("`toy#2` |"))
@@ -1571,7 +1571,7 @@ def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tm
     noise_and_pair(tmp_path)
     flat_run(tmp_path / "toy" / "col" / "c" / "seed1", 0.58, config={**BASE, "run": {"seed": 0}})  # seed 0's run
     claims = [ABOVE, {"text": "c above b", "column": "col", "rows": ["c", "b"]}]
-    suite = toy_suite(claims, ("n", "n-repeat1"), rows=("a", "b", "c", "n", "n-repeat1"))
+    suite = toy_suite(claims, NOISE_ROWS, rows=("a", "b", "c", *NOISE_ROWS))
     table = write_suite_outputs(suite, tmp_path / "toy", {}, "small")
     assert (tmp_path / "toy" / "table.md").read_text() == table
     assert "- a above b: holds" in table
@@ -1631,7 +1631,7 @@ def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_
     for row, value in values.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": "a above b, c and d", "column": "col", "rows": ["a", "b", "c", "d"]}]
-    suite = toy_suite(claims, ("n", "n-repeat1"), rows=(*values, "n", "n-repeat1"))
+    suite = toy_suite(claims, NOISE_ROWS, rows=(*values, *NOISE_ROWS))
     table = claims_table(root, [suite])
     line = next(x for x in table if x.endswith("`toy#1` |"))
     assert "**cannot tell**" in line and "gap to d" not in line  # d is not among the pairs shown
@@ -1652,7 +1652,7 @@ def test_a_folder_whose_runs_diverged_keeps_its_line_beside_a_folder_that_judged
     stopped.mkdir(parents=True)
     (stopped / "diverged.json").write_text('{"round": 3}')
     (stopped / "config.toml").write_text(dump_toml({**BASE, "run": {"seed": 0}}))
-    table = claims_table(root, [toy_suite((ABOVE,), ("n", "n-repeat1"))])
+    table = claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS)])
     assert "**holds**" in next(x for x in table if x.endswith("`toy#1/gpu` |"))
     cpu = next(x for x in table if x.endswith("`toy#1` |"))
     assert "| not run |" in cpu and "a (diverged: seed0)" in cpu
