@@ -518,14 +518,13 @@ def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_
     from pfedkit.experiments.suite import Scale
 
     scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
-    noise_rows = ("n", "n-repeat1")
-    source = toy_suite((), noise_rows, name="src", rows=noise_rows, scales=scales)
+    source = toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS, scales=scales)
     monkeypatch.setitem(reproduce.SUITES, "src", source)
     borrower = toy_suite((ABOVE,), (), scales=scales, noise={"suite": "src"})
     spreads = {"src": 0.01, "src_long": 0.02, "src_gpu": 0.03, "src_long_gpu": 0.04}  # each folder its own floor
     for folder, spread in spreads.items():
         device = {"run": {"device": "cuda"}} if folder.endswith("_gpu") else {}
-        for repeat, (row, value) in enumerate(zip(noise_rows, (0.5, 0.5 + spread))):
+        for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.5, 0.5 + spread))):
             flat_run(tmp_path / folder / "col" / row / "seed0", value, config={**BASE, **device}, repeat=repeat)
     expected = {name: spread * 100 / 2**0.5 for name, spread in spreads.items()}
     mine = tmp_path / "my_results"  # a name no scale's folder has: the scale and device come from the caller
@@ -667,7 +666,7 @@ def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(
         rows=("a", "b", *NOISE_ROWS),
         scales={"small": Scale({}, 0, "small")},
         claims=(ABOVE,),
-        noise={"column": "col", "rows": ["n", "n-repeat1"]},
+        noise={"column": "col", "rows": list(NOISE_ROWS)},
     )
     table = claims_table(root, [suite])
     line = next(x for x in table if x.endswith("| `toy#1` |"))
@@ -690,13 +689,12 @@ def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_
     from pfedkit.experiments import reproduce
 
     # repeats that agree at the round start (0.2 points apart) and not after local training (6 points apart)
-    noise_rows = ("n", "n-repeat1")
-    for repeat, (row, (start, after)) in enumerate(zip(noise_rows, ((0.500, 0.60), (0.502, 0.66)))):
+    for repeat, (row, (start, after)) in enumerate(zip(NOISE_ROWS, ((0.500, 0.60), (0.502, 0.66)))):
         run(tmp_path / "col" / row / "seed0", [start] * 20, after=[after] * 20, config=BASE, repeat=repeat)
     run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.63] * 20, config=BASE)  # 2 points ahead at the start
     run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.63] * 20, config=BASE)
     at_start = {**ABOVE, "point": "start"}
-    suite = toy_suite((at_start,), noise_rows, paper_point="after-local")
+    suite = toy_suite((at_start,), NOISE_ROWS, paper_point="after-local")
     evidence, _ = reproduce.suite_evidence(suite, tmp_path, "small", False)
     assert evidence.floor == pytest.approx(6 / 2**0.5)  # the paper's point: after local training
     assert evidence.floors_at_points["start"][0][0] == pytest.approx(0.2 / 2**0.5)
@@ -709,7 +707,7 @@ def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_
 
 
 def test_rule_3_a_floor_only_from_runs_of_one_method_that_differ_in_their_draws(tmp_path):
-    noise = {"column": "col", "rows": ["n", "n-repeat1"]}
+    noise = {"column": "col", "rows": list(NOISE_ROWS)}
     flat_run(tmp_path / "col" / "n" / "seed0", 0.500, config={**BASE, "method": {"name": "fedper"}})
     flat_run(tmp_path / "col" / "n-repeat1" / "seed0", 0.501, config={**BASE, "method": {"name": "local"}}, repeat=1)
     floor, text, _ = measured_floor(noise, [tmp_path], 5, None)
@@ -725,31 +723,27 @@ def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_i
     from pfedkit.experiments import reproduce
 
     elsewhere = {"train": {"rounds": 9}, "data": {"dataset": "cifar10", "fraction": 0.2}}  # not the suite's 19 rounds
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(
             tmp_path / "mine" / "col" / row / "seed0", 0.500 + 0.0005 * repeat, n=10, config=elsewhere, repeat=repeat
         )
     flat_run(tmp_path / "mine" / "col" / "a" / "seed0", 0.503, config=BASE)
     flat_run(tmp_path / "mine" / "col" / "b" / "seed0", 0.500, config=BASE)
-    evidence, text = reproduce.suite_evidence(
-        toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path / "mine", "small", False
-    )
+    evidence, text = reproduce.suite_evidence(toy_suite((ABOVE,), NOISE_ROWS), tmp_path / "mine", "small", False)
     assert evidence.floor is None and "not of this scale (train.rounds 9" in text
     assert judge(ABOVE, evidence).verdict == UNSURE
     # nor at a value the suite leaves to its default: repeats run at batch size 64 bound no runs at the default
     other_default = {**BASE, "train": {**BASE["train"], "batch_size": 64}}
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         folder = tmp_path / "mine" / "col" / row / "seed0"
         shutil.rmtree(folder)
         flat_run(folder, 0.500 + 0.0005 * repeat, config=other_default, repeat=repeat)
-    evidence, text = reproduce.suite_evidence(
-        toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path / "mine", "small", False
-    )
+    evidence, text = reproduce.suite_evidence(toy_suite((ABOVE,), NOISE_ROWS), tmp_path / "mine", "small", False)
     assert evidence.floor is None and "not of this scale (train.batch_size 64" in text
     # a floor borrowed from another suite's folder holding a GPU's repeats does not bound a CPU's runs
-    monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1")))
+    monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS))
     cuda = {**BASE, "run": {"device": "cuda"}}
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "src" / "col" / row / "seed0", 0.500 + 0.0005 * repeat, config=cuda, repeat=repeat)
     borrower = toy_suite((ABOVE,), (), noise={"suite": "src"})
     evidence, text = reproduce.suite_evidence(borrower, tmp_path / "mine", "small", False)
@@ -774,9 +768,9 @@ def test_rule_1_noise_rows_never_evaluated_at_the_point_are_no_floor_and_no_cras
 
     run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.70] * 20, config=BASE)
     run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.60] * 20, config=BASE)
-    for repeat, row in enumerate(("n", "n-repeat1")):  # evaluated at the round start only
+    for repeat, row in enumerate(NOISE_ROWS):  # evaluated at the round start only
         run(tmp_path / "col" / row / "seed0", [0.500 + 0.002 * repeat] * 20, config=BASE, repeat=repeat)
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), paper_point="after-local")
+    suite = toy_suite((ABOVE,), NOISE_ROWS, paper_point="after-local")
     evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
     assert evidence.floor is None and judge(ABOVE, evidence).verdict == UNSURE
 
@@ -955,9 +949,9 @@ def test_a_claimant_that_diverged_where_its_rival_finished_holds_at_most_on_the_
 
 
 def test_rule_3_a_floor_of_zero_is_no_floor_and_a_gap_on_the_bar_is_no_verdict(tmp_path):
-    for repeat, row in enumerate(("n", "n-repeat1")):  # two draws that gave the very same curve
+    for repeat, row in enumerate(NOISE_ROWS):  # two draws that gave the very same curve
         flat_run(tmp_path / "col" / row / "seed0", 0.54, repeat=repeat)
-    floor, text, _ = measured_floor({"column": "col", "rows": ["n", "n-repeat1"]}, [tmp_path], 5, None)
+    floor, text, _ = measured_floor({"column": "col", "rows": list(NOISE_ROWS)}, [tmp_path], 5, None)
     assert floor is None and "gave one result (54.00 on seed0" in text
     assert decide([0.0], 0.0)[0] == UNSURE  # was: does not hold (0 < 0 is false)
     assert decide([2.0, 2.0], 0.0)[0] == HOLDS  # seeds that agree exactly still decide
@@ -965,7 +959,7 @@ def test_rule_3_a_floor_of_zero_is_no_floor_and_a_gap_on_the_bar_is_no_verdict(t
     # a seed whose repeats gave one result is left out of the pooled floor, not counted as a spread of 0
     for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
         flat_run(tmp_path / "col" / row / "seed1", value, repeat=repeat, config={**BASE, "run": {"seed": 1}})
-    floor, text, _ = measured_floor({"column": "col", "rows": ["n", "n-repeat1"]}, [tmp_path], 5, None)
+    floor, text, _ = measured_floor({"column": "col", "rows": list(NOISE_ROWS)}, [tmp_path], 5, None)
     assert floor == pytest.approx(statistics.stdev([54.0, 54.5])) and "seed0 left out" in text
 
 
@@ -981,7 +975,7 @@ def test_the_owed_list_names_what_a_verdict_rests_on_and_no_line_without_a_floor
 def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_point(tmp_path):
     from pfedkit.experiments import reproduce
 
-    for repeat, row in enumerate(("n", "n-repeat1")):  # the floor's runs measure at the start
+    for repeat, row in enumerate(NOISE_ROWS):  # the floor's runs measure at the start
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
     after = {**BASE, "eval": {"point": "after-local"}}
     for row, value in (
@@ -989,7 +983,7 @@ def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_poin
         ("b", 0.50),
     ):  # the judged runs measure after local training only, as their rows say
         run(tmp_path / "col" / row / "seed0", [0.1] * 20, after=[value] * 20, point="after-local", config=after)
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), row_changes={r: {"eval": {"point": "after-local"}} for r in "ab"})
+    suite = toy_suite((ABOVE,), NOISE_ROWS, row_changes={r: {"eval": {"point": "after-local"}} for r in "ab"})
     evidence, _ = reproduce.suite_evidence(suite, tmp_path, "small", False)
     assert evidence.floor is not None and evidence.floor_point == "start"
     got = judge(ABOVE, evidence)
@@ -998,7 +992,7 @@ def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_poin
     for row, value in (("a", 0.58), ("b", 0.50)):
         shutil.rmtree(tmp_path / "col" / row / "seed0")
         flat_run(tmp_path / "col" / row / "seed0", value)
-    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path, "small", False)
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), NOISE_ROWS), tmp_path, "small", False)
     assert judge(ABOVE, evidence).verdict == HOLDS
 
 
@@ -1006,9 +1000,9 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
     from pfedkit.experiments import reproduce
     from pfedkit.experiments.suite import Column
 
-    source = toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1"))
+    source = toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS)
     monkeypatch.setitem(reproduce.SUITES, "src", source)
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "src" / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
     flat_run(tmp_path / "mine" / "col" / "a" / "seed0", 0.58)
     flat_run(tmp_path / "mine" / "col" / "b" / "seed0", 0.50)
@@ -1124,11 +1118,11 @@ def test_a_suite_refuses_a_claim_it_could_not_judge_or_that_judges_nothing(tmp_p
 def test_rule_3_a_judged_run_made_at_another_setting_than_its_cell_is_no_result(tmp_path):
     from pfedkit.experiments import reproduce
 
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
     flat_run(tmp_path / "col" / "a" / "seed0", 0.58)
     flat_run(tmp_path / "col" / "b" / "seed0", 0.50, n=10, config={**BASE, "train": {"rounds": 9}})  # not the 19
-    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), ("n", "n-repeat1")), tmp_path, "small", False)
+    evidence, _ = reproduce.suite_evidence(toy_suite((ABOVE,), NOISE_ROWS), tmp_path, "small", False)
     got = judge(ABOVE, evidence)
     assert got.verdict == UNSURE
     assert "b not judged: seed0 is not of the setting the suite gives its cell here (train.rounds 9" in got.detail
@@ -1153,9 +1147,9 @@ def test_rule_3_the_setting_check_reads_every_section_option_and_backbone_the_ce
 ):
     from pfedkit.experiments import reproduce
 
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=ADAPTER_BASE)
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), base=ADAPTER_BASE)
+    suite = toy_suite((ABOVE,), NOISE_ROWS, base=ADAPTER_BASE)
     for row, value in (("a", 0.58), ("b", 0.50)):  # both rows made at another setting: alike, so rule 2 passes them
         flat_run(tmp_path / "col" / row / "seed0", value, config={**ADAPTER_BASE, **changed})
     got = judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0])
@@ -1169,7 +1163,7 @@ def test_rule_3_the_setting_check_reads_every_section_option_and_backbone_the_ce
         shutil.rmtree(tmp_path / "col" / row / "seed0")
         flat_run(tmp_path / "col" / row / "seed0", value, config=config)
     assert judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0]).verdict == HOLDS
-    for repeat, row in enumerate(("n", "n-repeat1")):  # nor do noise repeats of another setting make a floor
+    for repeat, row in enumerate(NOISE_ROWS):  # nor do noise repeats of another setting make a floor
         shutil.rmtree(tmp_path / "col" / row / "seed0")
         other = {**ADAPTER_BASE, **changed}
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=other)
@@ -1183,11 +1177,11 @@ def test_rule_3_a_pretrained_backbone_moved_elsewhere_is_the_cells_setting(tmp_p
     def with_backbone(path):
         return {**BASE, "model": {"name": "small-resnet-adapter", "options": {"pretrained": path}}}
 
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=with_backbone("/x.pt"))
     for row, value in (("a", 0.58), ("b", 0.50)):  # the same backbone, its file moved: where it lies is placement
         flat_run(tmp_path / "col" / row / "seed0", value, config=with_backbone("/moved/x.pt"))
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1"), base=with_backbone("/cell/x.pt"))
+    suite = toy_suite((ABOVE,), NOISE_ROWS, base=with_backbone("/cell/x.pt"))
     assert judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0]).verdict == HOLDS
 
 
@@ -1225,7 +1219,7 @@ def test_the_owed_list_rounds_the_share_of_the_way_down(tmp_path):
     from pfedkit.experiments.claims import Judgement
     from pfedkit.experiments.reproduce import seeds_owed
 
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1"))
+    suite = toy_suite((ABOVE,), NOISE_ROWS)
     almost = Basis((("col", "a"), ("col", "b")), ("seed0",), 0.996)  # short of the bar: not "100% of the way"
     owed = seeds_owed(suite, "toy#1", "small", False, Judgement(UNSURE, "direction", "", (almost,)))
     assert "cannot tell on 1 seed, 99% of the way (a vs b)" in owed[0]
@@ -1495,12 +1489,12 @@ def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result
 def test_rule_3_a_sibling_rows_run_is_not_this_rows_result_unless_the_row_ran_tuned(tmp_path):
     from pfedkit.experiments import reproduce
 
-    for repeat, row in enumerate(("n", "n-repeat1")):
+    for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
     rows = {"a": 0.1, "b": 0.01}  # two rows of one method, another value each
     suite = toy_suite(
         ({**ABOVE, "differ_in": ["method.mu"]},),
-        ("n", "n-repeat1"),
+        NOISE_ROWS,
         row_changes={row: {"method": {"name": "fedprox", "mu": mu}} for row, mu in rows.items()},
     )
     for row, value in (("a", 0.58), ("b", 0.50)):  # b's run left in a's folder too: rule 2 allows mu, the claim's
@@ -1517,7 +1511,7 @@ def test_a_floor_borrowed_at_a_scale_its_source_lacks_is_named_not_a_crash(tmp_p
     from pfedkit.experiments import reproduce
     from pfedkit.experiments.suite import Scale
 
-    monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), ("n", "n-repeat1"), name="src", rows=("n", "n-repeat1")))
+    monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS))
     scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
     borrower = toy_suite((ABOVE,), (), scales=scales, noise={"suite": "src"})
     flat_run(tmp_path / "toy_long" / "col" / "a" / "seed0", 0.58)
