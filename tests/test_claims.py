@@ -957,7 +957,7 @@ def test_rule_3_a_floor_of_zero_is_no_floor_and_a_gap_on_the_bar_is_no_verdict(t
     assert decide([2.0, 2.0], 0.0)[0] == HOLDS  # seeds that agree exactly still decide
     assert decide([1.0], 0.5 * 2**0.5)[0] == UNSURE  # within two standard errors
     # a seed whose repeats gave one result is left out of the pooled floor, not counted as a spread of 0
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545))):
+    for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.54, 0.545))):
         flat_run(tmp_path / "col" / row / "seed1", value, repeat=repeat, config={**BASE, "run": {"seed": 1}})
     floor, text, _ = measured_floor({"column": "col", "rows": list(NOISE_ROWS)}, [tmp_path], 5, None)
     assert floor == pytest.approx(statistics.stdev([54.0, 54.5])) and "seed0 left out" in text
