@@ -551,6 +551,16 @@ MUTANTS = {
         "(decided or OWED_SHARE <= (b.share or 0) < 1)]",
         "pfedkit/experiments/reproduce.py",
     ),
+    "M98": (
+        "shown pairs: a line that cannot tell shows its closest pairs, hiding one past the bar held open (sitting 50)",
+        "        return not past, past and gap >= 0, abs(gap)\n",
+        "        return False, False, abs(gap)\n",
+    ),
+    "M99": (
+        "shown pairs: of the pairs past the bar held open, a shortfall not shown before a lead (sitting 50)",
+        "        return not past, past and gap >= 0, abs(gap)\n",
+        "        return not past, False, abs(gap)\n",
+    ),
 }
 
 

@@ -247,6 +247,30 @@ def test_rule_4_for_every_pair_a_weaker_row_still_rising_keeps_the_verdict_open(
     assert verdict.verdict == UNSURE and "c is still rising" in verdict.detail
 
 
+def test_above_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
+    # b and c are closest to a in mean but within the bar; d is past it, held open only by its rising curve: the line
+    # waits on d, so d is shown (before sitting 50 the two closest, b and c, were, and d was a count in "other pairs")
+    flat_run(tmp_path / "one" / "col" / "a" / "seed0", 0.50)
+    flat_run(tmp_path / "one" / "col" / "b" / "seed0", 0.499)
+    flat_run(tmp_path / "one" / "col" / "c" / "seed0", 0.498)
+    run(tmp_path / "one" / "col" / "d" / "seed0", [0.25 + 0.01 * r for r in range(20)])
+    line = {"text": "a above all", "column": "col", "rows": ["a", "b", "c", "d"]}
+    got = judge(line, Evidence(tmp_path / "one", 5, floor=0.1))
+    assert got.verdict == UNSURE and "gap to d +8.00" in got.detail and "gap to c" not in got.detail, got.detail
+    # of the pairs past the bar, a shortfall (a provisional "does not hold") first, then the closest in mean
+    both = tmp_path / "both" / "col"
+    run(both / "a" / "seed0", [0.30 + 0.01 * r for r in range(20)])  # the claimant still rising: its 15-point
+    flat_run(both / "b" / "seed0", 0.4705)  # shortfall to d is held open; b and c are within the bar
+    flat_run(both / "c" / "seed0", 0.4695)
+    flat_run(both / "d" / "seed0", 0.62)
+    run(both / "f" / "seed0", [0.02 * r for r in range(20)])  # below a, rising faster: provisional holds (+13)
+    run(both / "g" / "seed0", [0.10 + 0.015 * r for r in range(20)])  # the same, +11.5
+    line = {**line, "rows": ["a", "b", "c", "d", "f", "g"]}
+    got = judge(line, Evidence(tmp_path / "both", 5, floor=0.1))
+    assert got.verdict == UNSURE, got.detail
+    assert re.findall(r"gap to (\w+)", got.detail) == ["d", "g"], got.detail  # not g and f, nor b and c
+
+
 def test_a_papers_number_is_matched_only_once_the_curve_stops_moving_and_only_with_a_floor(tmp_path):
     run(tmp_path / "col" / "r" / "seed0", [0.60 + 0.006 * r for r in range(20)])  # ~70.9 at the end, +3 a fifth
     claim = {"kind": "number", "text": "r at 71.5", "column": "col", "row": "r", "value": 71.5, "points": 2.5}

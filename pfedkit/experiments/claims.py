@@ -670,9 +670,15 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         verdict, why = survived_only(verdict, why, beaten, other, first, capped=FAILS)
         pairs[other] = (verdict, why, excess, basis)
     verdict = every_pair([v for v, *_ in pairs.values()])
-    # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
-    closest = sorted(others, key=lambda o: abs(mean[first] - mean.get(o, mean[first])))
-    deciding = [o for o in closest if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
+
+    # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds); of
+    # those that cannot tell, those past the bar but held open (rule 4) first, behind ones first: the line waits on them
+    def order(other: str) -> tuple[bool, bool, float]:
+        basis, gap = pairs[other][3], mean[first] - mean.get(other, mean[first])
+        past = verdict == UNSURE and basis is not None and basis.share is not None and basis.share >= 1
+        return not past, past and gap >= 0, abs(gap)
+
+    deciding = [o for o in sorted(others, key=order) if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
     shown = []
     for other in deciding:
         _, why, excess, _ = pairs[other]
