@@ -552,14 +552,14 @@ MUTANTS = {
         "pfedkit/experiments/reproduce.py",
     ),
     "M98": (
-        "shown pairs: a line that cannot tell shows its closest pairs, hiding one past the bar held open (sitting 50)",
-        "        return not past, past and gap >= 0, abs(gap)\n",
-        "        return False, False, abs(gap)\n",
+        "shown pairs (above, below): a line that cannot tell shows the closest, hiding a pair held open past the bar",
+        "    return not past, past and gap >= 0, closeness\n",
+        "    return False, False, closeness\n",
     ),
     "M99": (
-        "shown pairs: of the pairs past the bar held open, a shortfall not shown before a lead (sitting 50)",
-        "        return not past, past and gap >= 0, abs(gap)\n",
-        "        return not past, False, abs(gap)\n",
+        "shown pairs (above, below): of the pairs past the bar held open, a shortfall not shown before a lead",
+        "    return not past, past and gap >= 0, closeness\n",
+        "    return not past, False, closeness\n",
     ),
 }
 

@@ -271,6 +271,20 @@ def test_above_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_o
     assert re.findall(r"gap to (\w+)", got.detail) == ["d", "g"], got.detail  # not g and f, nor b and c
 
 
+def test_below_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
+    # p "performs poorly": b and c are above it within the bar (their pairs nearest deciding nothing), d is 8 points
+    # below it and rising: a provisional "does not hold" the line waits on, shown ahead of them
+    flat_run(tmp_path / "col" / "p" / "seed0", 0.50)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.501)
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.502)
+    run(tmp_path / "col" / "d" / "seed0", [0.25 + 0.01 * r for r in range(20)])
+    flat_run(tmp_path / "col" / "e" / "seed0", 0.70)  # far above p, flat: this pair holds
+    line = {"kind": "below", "text": "p below all", "column": "col", "rows": ["p", "b", "c", "d", "e"]}
+    got = judge(line, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE, got.detail
+    assert re.findall(r"(\w+) above p", got.detail)[0] == "d" and "provisional, does not hold" in got.detail, got.detail
+
+
 def test_a_papers_number_is_matched_only_once_the_curve_stops_moving_and_only_with_a_floor(tmp_path):
     run(tmp_path / "col" / "r" / "seed0", [0.60 + 0.006 * r for r in range(20)])  # ~70.9 at the end, +3 a fifth
     claim = {"kind": "number", "text": "r at 71.5", "column": "col", "row": "r", "value": 71.5, "points": 2.5}

@@ -630,6 +630,13 @@ def resting_on(verdicts: Mapping[str, tuple[str, Optional[Basis]]], verdict: str
     return tuple(bases)
 
 
+def show_order(verdict: str, share: Optional[float], gap: float, closeness: float) -> tuple[bool, bool, float]:
+    """Which of a line's pairs it shows first: when it cannot tell, those past the bar but held open by rule 4 (the
+    line waits on them), a shortfall (`gap` below 0) before a lead; then the closest (`closeness`, least first)."""
+    past = verdict == UNSURE and share is not None and share >= 1
+    return not past, past and gap >= 0, closeness
+
+
 def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     """Every pair, the claimant against each other row, on the seeds both finished (a pair is its own comparison:
     the leading rows' extra seeds count without waiting for every baseline's)."""
@@ -671,12 +678,10 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         pairs[other] = (verdict, why, excess, basis)
     verdict = every_pair([v for v, *_ in pairs.values()])
 
-    # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds); of
-    # those that cannot tell, those past the bar but held open (rule 4) first, behind ones first: the line waits on them
+    # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
     def order(other: str) -> tuple[bool, bool, float]:
         basis, gap = pairs[other][3], mean[first] - mean.get(other, mean[first])
-        past = verdict == UNSURE and basis is not None and basis.share is not None and basis.share >= 1
-        return not past, past and gap >= 0, abs(gap)
+        return show_order(verdict, basis.share if basis else None, gap, abs(gap))
 
     deciding = [o for o in sorted(others, key=order) if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
     shown = []
@@ -700,11 +705,20 @@ def below(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return evidence.not_run("direction", claim["column"], claim["rows"])
     verdict = every_pair([j.verdict for j in judged.values()])
 
-    def closeness(other: str) -> float:  # how far the pair is past (or towards) its bar: the closest shown first
-        basis = judged[other].basis
-        return basis[0].share if basis and basis[0].share is not None else math.inf
+    point, column = evidence.point(claim), claim["column"]
+    mean = {
+        row: statistics.fmean(values)
+        for row in claim["rows"]
+        if (values := evidence.read(column, row, point)[0].values())
+    }
 
-    shown = [o for o in sorted(judged, key=closeness) if judged[o].verdict == verdict][: 1 if verdict == HOLDS else 2]
+    def order(other: str) -> tuple[bool, bool, float]:  # how far each pair is past (or towards) its bar: closest first
+        basis = judged[other].basis
+        share = basis[0].share if basis else None
+        gap = mean.get(other, 0.0) - mean.get(first, 0.0)  # as its pair reads it: the other row above the first
+        return show_order(verdict, share, gap, math.inf if share is None else share)
+
+    shown = [o for o in sorted(judged, key=order) if judged[o].verdict == verdict][: 1 if verdict == HOLDS else 2]
     absent = [other for other, j in pairs.items() if j.verdict == NOT_RUN]
     detail = "; ".join(f"{other} above {first}: {judged[other].detail}" for other in shown)
     detail += other_pairs([j.verdict for other, j in judged.items() if other not in shown])
