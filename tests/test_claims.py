@@ -272,8 +272,8 @@ def test_above_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_o
 
 
 def test_below_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
-    # p "performs poorly": b and c are above it within the bar (their pairs nearest deciding nothing), d is 8 points
-    # below it and rising: a provisional "does not hold" the line waits on, shown ahead of them
+    # p "performs poorly": b and c sit just above it, within the bar; d is 8 points below it and rising: a
+    # provisional "does not hold" the line waits on, shown ahead of them
     flat_run(tmp_path / "col" / "p" / "seed0", 0.50)
     flat_run(tmp_path / "col" / "b" / "seed0", 0.501)
     flat_run(tmp_path / "col" / "c" / "seed0", 0.502)
