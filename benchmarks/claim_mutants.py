@@ -561,6 +561,11 @@ MUTANTS = {
         "    return not past, past and gap >= 0, closeness\n",
         "    return not past, False, closeness\n",
     ),
+    "M100": (
+        "shown pairs (above, below): a pair's gap unsigned, so no shortfall is shown before a lead",
+        "        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), statistics.fmean(excess))\n",
+        "        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), abs(statistics.fmean(excess)))\n",
+    ),
 }
 
 

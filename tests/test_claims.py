@@ -271,6 +271,21 @@ def test_above_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_o
     assert re.findall(r"gap to (\w+)", got.detail) == ["d", "g"], got.detail  # not g and f, nor b and c
 
 
+def test_above_a_shortfall_shown_first_is_the_pairs_own_gap_on_its_shared_seeds_not_the_rows_means(tmp_path):
+    # d beats a on seed 0, the only seed they share (a provisional shortfall: a still rises), but d's seeds 1-2 are
+    # far lower, so the rows' means put a ahead: read from the means (before sitting 51) d was a lead, the furthest
+    run(tmp_path / "col" / "a" / "seed0", [0.30 + 0.01 * r for r in range(20)])
+    flat_run(tmp_path / "col" / "d" / "seed0", 0.62)
+    for seed in ("seed1", "seed2"):
+        flat_run(tmp_path / "col" / "d" / seed, 0.05)
+    run(tmp_path / "col" / "f" / "seed0", [0.02 * r for r in range(20)])  # below a, rising faster: +13, held open
+    run(tmp_path / "col" / "g" / "seed0", [0.10 + 0.015 * r for r in range(20)])  # the same, +11.5
+    line = {"text": "a above all", "column": "col", "rows": ["a", "d", "f", "g"]}
+    got = judge(line, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE, got.detail
+    assert re.findall(r"gap to (\w+)", got.detail) == ["d", "g"], got.detail  # not g and f
+
+
 def test_below_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
     # p "performs poorly": b and c sit just above it, within the bar; d is 8 points below it and rising: a
     # provisional "does not hold" the line waits on, shown ahead of them
@@ -283,6 +298,20 @@ def test_below_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_o
     got = judge(line, Evidence(tmp_path, 5, floor=0.1))
     assert got.verdict == UNSURE, got.detail
     assert re.findall(r"(\w+) above p", got.detail)[0] == "d" and "provisional, does not hold" in got.detail, got.detail
+
+
+def test_below_a_shortfall_shown_first_is_the_pairs_own_gap_on_its_shared_seeds_not_the_rows_means(tmp_path):
+    # d and e are below p on seed 0, the only seed p has, both still rising (provisional shortfalls, d the nearer);
+    # d's seeds 1-2 put its mean above p's: read from the means (before sitting 51) d was a lead, shown after e
+    flat_run(tmp_path / "col" / "p" / "seed0", 0.50)
+    run(tmp_path / "col" / "d" / "seed0", [0.25 + 0.01 * r for r in range(20)])
+    for seed in ("seed1", "seed2"):
+        flat_run(tmp_path / "col" / "d" / seed, 0.95)
+    run(tmp_path / "col" / "e" / "seed0", [0.15 + 0.01 * r for r in range(20)])
+    line = {"kind": "below", "text": "p below all", "column": "col", "rows": ["p", "d", "e"]}
+    got = judge(line, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == UNSURE, got.detail
+    assert re.findall(r"(\w+) above p", got.detail) == ["d", "e"], got.detail
 
 
 def test_a_papers_number_is_matched_only_once_the_curve_stops_moving_and_only_with_a_floor(tmp_path):
@@ -1002,7 +1031,9 @@ def test_rule_3_a_floor_of_zero_is_no_floor_and_a_gap_on_the_bar_is_no_verdict(t
 
 
 def test_the_owed_list_names_what_a_verdict_rests_on_and_no_line_without_a_floor(tmp_path):
-    basis = {o: Basis((("col", "a"), ("col", o)), seeds, 2.0) for o, seeds in (("b", ("s0",)), ("c", ("s0", "s1")))}
+    basis = {
+        o: Basis((("col", "a"), ("col", o)), seeds, 2.0, 1.0) for o, seeds in (("b", ("s0",)), ("c", ("s0", "s1")))
+    }
     holds = resting_on({o: (HOLDS, b) for o, b in basis.items()}, HOLDS)
     assert {b.cells[1][1] for b in holds} == {"b", "c"}  # holds: every pair had to, each is owed seeds
     fails = resting_on({o: (FAILS, b) for o, b in basis.items()}, FAILS)
@@ -1258,7 +1289,7 @@ def test_the_owed_list_rounds_the_share_of_the_way_down(tmp_path):
     from pfedkit.experiments.reproduce import seeds_owed
 
     suite = toy_suite((ABOVE,), NOISE_ROWS)
-    almost = Basis((("col", "a"), ("col", "b")), ("seed0",), 0.996)  # short of the bar: not "100% of the way"
+    almost = Basis((("col", "a"), ("col", "b")), ("seed0",), 0.996, 0.5)  # short of the bar: not "100% of the way"
     owed = seeds_owed(suite, "toy#1", "small", False, Judgement(UNSURE, "direction", "", (almost,)))
     assert "cannot tell on 1 seed, 99% of the way (a vs b)" in owed[0]
 

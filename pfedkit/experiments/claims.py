@@ -83,12 +83,21 @@ SETTING_SECTIONS = ("train", "data", "partition", "model", "eval", "proxy")
 
 @dataclass(frozen=True)
 class Basis:
-    """What one comparison behind a verdict rests on: its (column, row) cells, the seeds they share, and how far the
-    mean gap has come towards deciding (|mean| over two standard errors: 1 or more decides; None without an error)."""
+    """What one comparison behind a verdict rests on: its (column, row) cells, the seeds they share, how far the
+    mean gap has come towards deciding (|mean| over two standard errors: 1 or more decides; None without an error),
+    and that mean gap, signed (the mean excess over the boundary on those seeds: below 0, a shortfall)."""
 
     cells: tuple[tuple[str, str], ...]
     seeds: tuple[str, ...]
     share: Optional[float]
+    gap: float
+
+    @classmethod
+    def of(
+        cls, cells: Sequence[tuple[str, str]], seeds: Sequence[str], excess: Sequence[float], floor: Optional[float]
+    ) -> Basis:
+        """The comparison from its per-seed excess over the boundary and the noise floor that sets its bar."""
+        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), statistics.fmean(excess))
 
 
 @dataclass(frozen=True)
@@ -552,8 +561,8 @@ def judge_pair(
     floor, no_floor = evidence.floor_for(accuracies, point, read_at)
     verdict, why = decide(excess, floor, no_floor)
     claimant, other = (trend(evidence, column, row, seeds, point) for row in rows)
-    basis = Basis(tuple((column, row) for row in rows), tuple(seeds), share_of_bar(excess, floor))
-    return (*provisional(verdict, why, statistics.fmean(excess), claimant, other, rows), basis)
+    basis = Basis.of([(column, row) for row in rows], seeds, excess, floor)
+    return (*provisional(verdict, why, basis.gap, claimant, other, rows), basis)
 
 
 def means_shown(results: Mapping[str, Mapping[str, float]]) -> str:
@@ -630,10 +639,12 @@ def resting_on(verdicts: Mapping[str, tuple[str, Optional[Basis]]], verdict: str
     return tuple(bases)
 
 
-def show_order(verdict: str, share: Optional[float], gap: float, closeness: float) -> tuple[bool, bool, float]:
+def show_order(verdict: str, basis: Optional[Basis], closeness: float) -> tuple[bool, bool, float]:
     """Which of a line's pairs it shows first: when it cannot tell, those past the bar but held open by rule 4 (the
-    line waits on them), a shortfall (`gap` below 0) before a lead; then the closest (`closeness`, least first)."""
-    past = verdict == UNSURE and share is not None and share >= 1
+    line waits on them), a shortfall (the pair's own gap below 0) before a lead; then the closest (`closeness`, least
+    first). `basis`: the pair's comparison (None: not judged)."""
+    past = verdict == UNSURE and basis is not None and basis.share is not None and basis.share >= 1
+    gap = basis.gap if basis else 0.0
     return not past, past and gap >= 0, closeness
 
 
@@ -680,8 +691,7 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
 
     # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
     def order(other: str) -> tuple[bool, bool, float]:
-        basis, gap = pairs[other][3], mean[first] - mean.get(other, mean[first])
-        return show_order(verdict, basis.share if basis else None, gap, abs(gap))
+        return show_order(verdict, pairs[other][3], abs(mean[first] - mean.get(other, mean[first])))
 
     deciding = [o for o in sorted(others, key=order) if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
     shown = []
@@ -705,18 +715,9 @@ def below(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return evidence.not_run("direction", claim["column"], claim["rows"])
     verdict = every_pair([j.verdict for j in judged.values()])
 
-    point, column = evidence.point(claim), claim["column"]
-    mean = {
-        row: statistics.fmean(values)
-        for row in claim["rows"]
-        if (values := evidence.results(column, row, point).values())  # cached: the pairs read them already
-    }
-
     def order(other: str) -> tuple[bool, bool, float]:  # how far each pair is past (or towards) its bar: closest first
-        basis = judged[other].basis
-        share = basis[0].share if basis else None
-        gap = mean.get(other, 0.0) - mean.get(first, 0.0)  # as its pair reads it: the other row above the first
-        return show_order(verdict, share, gap, math.inf if share is None else share)
+        basis = judged[other].basis[0] if judged[other].basis else None  # its gap: the other row above the first
+        return show_order(verdict, basis, math.inf if basis is None or basis.share is None else basis.share)
 
     shown = [o for o in sorted(judged, key=order) if judged[o].verdict == verdict][: 1 if verdict == HOLDS else 2]
     absent = [other for other, j in pairs.items() if j.verdict == NOT_RUN]
@@ -806,7 +807,7 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     read_at = evidence.points_read([(column, row), (reference, row)], point, shared)
     floor, no_floor = evidence.floor_for([value, ref], point, read_at)
     verdict, why = decide(excess, floor, no_floor)
-    basis = (Basis(((column, row), (reference, row)), tuple(shared), share_of_bar(excess, floor)),)
+    basis = (Basis.of([(column, row), (reference, row)], shared, excess, floor),)
     mine, theirs = trend(evidence, column, row, shared, point), trend(evidence, reference, row, shared, point)
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
@@ -857,7 +858,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     floor, no_floor = evidence.floor_for([value], point, evidence.points_read([(column, row)], point, sorted(runs)))
     own_floor = floor / math.sqrt(2) if floor is not None else None  # one run against a constant: the floor once
     verdict, why = decide(excess, own_floor, no_floor)
-    basis = (Basis(((column, row),), tuple(sorted(runs)), share_of_bar(excess, own_floor)),)
+    basis = (Basis.of([(column, row)], sorted(runs), excess, own_floor),)
     gain, rising, _ = trend(evidence, column, row, sorted(runs), point)
     # the number stays put: only the row's own curve moves; a match holds only once it has stopped moving (rising, it
     # may leave the band), a miss below the number while it rises towards it
