@@ -566,6 +566,16 @@ MUTANTS = {
         "        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), statistics.fmean(excess))\n",
         "        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), abs(statistics.fmean(excess)))\n",
     ),
+    "M101": (
+        "shown pairs (above, below): a line that does not hold shows the closest failure, not the one it rests on",
+        "        return -seeds, -share, closeness\n",
+        "        return 0, 0, closeness\n",
+    ),
+    "M102": (
+        "shown pairs (above): the closest pair read from the rows' means, not the pair's gap on its shared seeds",
+        "abs(basis.gap if basis else mean[first] - mean.get(other, mean[first]))",
+        "abs(mean[first] - mean.get(other, mean[first]))",
+    ),
 }
 
 

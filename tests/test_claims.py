@@ -286,6 +286,34 @@ def test_above_a_shortfall_shown_first_is_the_pairs_own_gap_on_its_shared_seeds_
     assert re.findall(r"gap to (\w+)", got.detail) == ["d", "g"], got.detail  # not g and f
 
 
+def test_above_the_closest_pair_shown_is_closest_on_its_shared_seeds_not_by_the_rows_means(tmp_path):
+    # a leads b by 2 points and c by 3 on seed 0, the only seed a has; b's seeds 1-2 are far lower, so the rows'
+    # means put b 30 points behind: read from the means (before sitting 52) c was shown as the closest that holds
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.50)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.48)
+    for seed in ("seed1", "seed2"):
+        flat_run(tmp_path / "col" / "b" / seed, 0.05)
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.47)
+    line = {"text": "a above all", "column": "col", "rows": ["a", "b", "c"]}
+    got = judge(line, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == HOLDS, got.detail
+    assert re.findall(r"gap to (\w+)", got.detail) == ["b"], got.detail
+
+
+def test_above_a_line_that_does_not_hold_shows_first_the_failure_it_rests_on_the_best_supported(tmp_path):
+    # a is 2 points below b on 3 seeds and 1 point below c on seed 0 only: the verdict rests on b (most seeds), shown
+    # first though c is the closer (before sitting 52 the closest failure came first, by the rows' means)
+    for seed in ("seed0", "seed1", "seed2"):
+        flat_run(tmp_path / "col" / "a" / seed, 0.50)
+        flat_run(tmp_path / "col" / "b" / seed, 0.52)
+    flat_run(tmp_path / "col" / "c" / "seed0", 0.51)
+    line = {"text": "a above all", "column": "col", "rows": ["a", "c", "b"]}
+    got = judge(line, Evidence(tmp_path, 5, floor=0.1))
+    assert got.verdict == FAILS, got.detail
+    assert re.findall(r"gap to (\w+)", got.detail) == ["b", "c"], got.detail
+    assert [b.cells[1][1] for b in got.basis] == ["b"]
+
+
 def test_below_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
     # p "performs poorly": b and c sit just above it, within the bar; d is 8 points below it and rising: a
     # provisional "does not hold" the line waits on, shown ahead of them

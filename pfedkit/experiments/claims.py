@@ -635,14 +635,23 @@ def resting_on(verdicts: Mapping[str, tuple[str, Optional[Basis]]], verdict: str
     for does not hold (one suffices), else the given ones."""
     bases = [b for v, b in verdicts.values() if v == verdict and b is not None]
     if verdict == FAILS and bases:
-        return (max(bases, key=lambda b: (len(b.seeds), b.share or 0)),)  # most seeds, then furthest past the bar
+        return (max(bases, key=support),)
     return tuple(bases)
 
 
-def show_order(verdict: str, basis: Optional[Basis], closeness: float) -> tuple[bool, bool, float]:
-    """Which of a line's pairs it shows first: when it cannot tell, those past the bar but held open by rule 4 (the
-    line waits on them), a shortfall (the pair's own gap below 0) before a lead; then the closest (`closeness`, least
-    first). `basis`: the pair's comparison (None: not judged)."""
+def support(basis: Basis) -> tuple[int, float]:
+    """How well a comparison is supported: its seeds, then how far past the bar it is."""
+    return len(basis.seeds), basis.share or 0.0
+
+
+def show_order(verdict: str, basis: Optional[Basis], closeness: float) -> tuple[float, float, float]:
+    """Which of a line's pairs it shows first: when it does not hold, the best-supported failure (the one the verdict
+    rests on); when it cannot tell, those past the bar but held open by rule 4 (the line waits on them), a shortfall
+    (the pair's own gap below 0) before a lead; then the closest (`closeness`, least first). `basis`: the pair's
+    comparison (None: not judged)."""
+    if verdict == FAILS:
+        seeds, share = support(basis) if basis else (0, 0.0)
+        return -seeds, -share, closeness
     past = verdict == UNSURE and basis is not None and basis.share is not None and basis.share >= 1
     gap = basis.gap if basis else 0.0
     return not past, past and gap >= 0, closeness
@@ -689,9 +698,10 @@ def above(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         pairs[other] = (verdict, why, excess, basis)
     verdict = every_pair([v for v, *_ in pairs.values()])
 
-    # shown: the pairs that decide (each that fails, else each that cannot tell, else the closest that holds)
-    def order(other: str) -> tuple[bool, bool, float]:
-        return show_order(verdict, pairs[other][3], abs(mean[first] - mean.get(other, mean[first])))
+    # shown: the pairs that decide (those that fail, else those that cannot tell, else the closest that holds)
+    def order(other: str) -> tuple[float, float, float]:  # closest: the pair's own gap (else, not judged, the means')
+        basis = pairs[other][3]
+        return show_order(verdict, basis, abs(basis.gap if basis else mean[first] - mean.get(other, mean[first])))
 
     deciding = [o for o in sorted(others, key=order) if pairs[o][0] == verdict][: 1 if verdict == HOLDS else 2]
     shown = []
@@ -715,7 +725,7 @@ def below(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return evidence.not_run("direction", claim["column"], claim["rows"])
     verdict = every_pair([j.verdict for j in judged.values()])
 
-    def order(other: str) -> tuple[bool, bool, float]:  # how far each pair is past (or towards) its bar: closest first
+    def order(other: str) -> tuple[float, float, float]:  # how far each pair is past (or towards) its bar: least first
         basis = judged[other].basis[0] if judged[other].basis else None  # its gap: the other row above the first
         return show_order(verdict, basis, math.inf if basis is None or basis.share is None else basis.share)
 
