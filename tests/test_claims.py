@@ -1425,6 +1425,28 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
     assert "reproduce.py toy" not in owed
 
 
+def test_the_lines_per_paper_and_verdict_count_the_tables_own_lines(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    noise_runs(root / "toy" / "col")
+    flat_run(root / "toy" / "col" / "a" / "seed0", 0.58)
+    flat_run(root / "toy" / "col" / "b" / "seed0", 0.55)
+    below = {"text": "b above a", "column": "col", "rows": ["b", "a"]}
+    near = {"kind": "margin", "text": "by 2.9", "column": "col", "row": "a", "over": ["b"], "at_least": 2.9}
+    unjudged = {"text": "a costs less", "not_run": "a cost: not judged here"}
+    suites = [toy_suite((ABOVE, below, near, unjudged), NOISE_ROWS)]
+    table = claims_table(root, suites)
+    verdicts = [x.split(" | ")[3].strip("*") for x in table if x.startswith("| Toy |") and x.endswith("` |")]
+    assert verdicts == ["holds", "does not hold", "cannot tell", "not run"]
+    summary = table[table.index("Lines per paper and verdict:") :]
+    assert "| Toy | 1 | 1 | 1 | 1 | 4 |" in summary
+    second = toy_suite((unjudged,), NOISE_ROWS, name="other", paper="Other paper")
+    summary = claims_table(root, [*suites, second])
+    assert "| Other | 0 | 0 | 0 | 1 | 1 |" in summary and "| Toy | 1 | 1 | 1 | 1 | 4 |" in summary
+    assert "| all | 1 | 1 | 1 | 2 | 5 |" in summary
+
+
 def noise_and_pair(root: Path, a: float = 0.58, b: float = 0.55) -> None:
     """A toy suite's folder: two repeats of row n (a floor of 0.35) and rows a and b, seed 0."""
     noise_runs(root / "toy" / "col")

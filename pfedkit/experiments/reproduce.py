@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -20,6 +21,7 @@ from pfedkit.errors import ConfigError, DataError, PfedkitError
 from pfedkit.experiments.claims import (
     FAILS,
     HOLDS,
+    NOT_RUN,
     PRETRAINED,
     SETTING_SECTIONS,
     UNSURE,
@@ -638,6 +640,7 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
         "|---|---|---|---|---|---|---|",
     ]
     floors, owed = [], []
+    tally: dict[str, Counter[str]] = {}  # paper -> lines per verdict, for the summary under the table
     for suite in suites:
         if not suite.claims:
             continue
@@ -652,6 +655,7 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
         for number, claim in enumerate(suite.claims, 1):
 
             def line(judges: str, verdict: str, detail: str, where: str, label: str = "small") -> str:
+                tally.setdefault(suite.paper.split()[0], Counter())[verdict.strip("*")] += 1
                 return (
                     f"| {suite.paper.split()[0]} | {claim['text']} | {judges} | {verdict} | "
                     f"{detail.replace('|', '/')} | {where} | `{claim_id(suite, number, label)}` |"
@@ -697,8 +701,20 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged.values()) if r]), "-"))
             else:  # a folder whose runs diverged is a result too, beside the folders that judged the claim
                 lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]
+    lines += verdicts_by_paper(tally)
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
     return lines + (["", OWED_HEADING, "", *owed] if owed else [])
+
+
+def verdicts_by_paper(tally: Mapping[str, Counter[str]]) -> list[str]:
+    """The claims table's lines counted per paper and verdict (a count claim's verdict is one of the four)."""
+    kinds = (HOLDS, FAILS, UNSURE, NOT_RUN)
+    if not tally:
+        return []
+    lines = ["", "Lines per paper and verdict:", "", f"| paper | {' | '.join(kinds)} | lines |", "|---" * 6 + "|"]
+    for paper, counts in [*tally.items(), ("all", sum(tally.values(), Counter()))]:
+        lines.append(f"| {paper} | {' | '.join(str(counts[k]) for k in kinds)} | {sum(counts.values())} |")
+    return lines
 
 
 def ended_by_diverging(evidence: Evidence, column: str, row: str) -> bool:
