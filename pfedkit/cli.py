@@ -526,11 +526,13 @@ def reproduce(
     from pfedkit.experiments.reproduce import (
         CLAIMS_BEGIN,
         CLAIMS_END,
+        claims_block,
         claims_table,
         describe,
         results_folder,
         run_suite,
         update_claims,
+        verdict_changes,
     )
     from pfedkit.experiments.suites import SUITES
 
@@ -546,11 +548,16 @@ def reproduce(
             )
         table = claims_table(results, [SUITES[suite]] if suite else list(SUITES.values()), repo_script)
         click.echo("\n".join(table))
+        before = claims_block(Path(update).read_text()) if update else []
         if update and not update_claims(Path(update), table):
             raise click.UsageError(
                 f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
                 f"{CLAIMS_END}\nwhere the table goes, then run this again"
             )
+        if update:  # what a reader of the document should look at again
+            changes = verdict_changes(before, table)
+            click.echo(f"\nVerdicts changed in {update}:" if changes else f"\nNo verdict changed in {update}.")
+            click.echo("\n".join(f"- {change}" for change in changes), nl=bool(changes))
         return
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))

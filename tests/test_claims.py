@@ -498,9 +498,16 @@ def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(t
     line = next(x for x in done.output.splitlines() if "`heart-table1#7`" in x)  # runs of another data set: unread
     assert "**cannot tell**" in line and "not of the setting the suite gives its cell here (data.dataset" in line
     document = tmp_path / "doc.md"
-    document.write_text(f"before\n{CLAIMS_BEGIN}\nSTALE-TABLE-TEXT\n{CLAIMS_END}\nafter\n")
+    stale = "| HEART-PFL | x | direction | **holds** | - | small, 5 | `heart-table1#7` |\n"
+    stale += "| - | y | - | holds | - | - | `gone#1` |"
+    document.write_text(f"before\n{CLAIMS_BEGIN}\nSTALE-TABLE-TEXT\n{stale}\n{CLAIMS_END}\nafter\n")
     args = ["reproduce", "--claims", "--out", str(tmp_path / "results"), "--update", str(document)]
-    assert runner.invoke(main, args).exit_code == 0
+    updated = runner.invoke(main, args)
+    assert updated.exit_code == 0
+    changes = updated.output.partition("Verdicts changed in")[2]  # what moved since the document's table, named
+    assert "- heart-table1#7: holds -> cannot tell" in changes and "- gone#1: line gone (was holds)" in changes
+    assert "- heart-table1#1: new line, not run" in changes
+    assert "No verdict changed" in runner.invoke(main, args).output  # the table just written: nothing moved
     text = document.read_text()
     assert (
         text.startswith("before\n")
