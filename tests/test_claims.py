@@ -1454,6 +1454,19 @@ def test_the_lines_per_paper_and_verdict_count_the_tables_own_lines(tmp_path):
     assert "| all | 1 | 1 | 1 | 2 | 5 |" in summary
 
 
+def test_a_line_not_run_names_the_runs_the_folder_of_its_command_lacks_not_another_scales(tmp_path):
+    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.experiments.suite import Scale
+
+    root = tmp_path / "results"
+    flat_run(root / "toy" / "col" / "a" / "seed0", 0.58)  # the small scale has a, not b
+    flat_run(root / "toy_long" / "col" / "n" / "seed0", 0.54)  # the long folder has runs, but neither a nor b
+    scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
+    line = next(x for x in claims_table(root, [toy_suite((ABOVE,), NOISE_ROWS, scales=scales)]) if "`toy#1`" in x)
+    assert "| not run | no finished runs of b in column col;" in line  # a ran where the suggested command runs
+    assert "reproduce toy --columns col --rows b --out" in line
+
+
 def noise_and_pair(root: Path, a: float = 0.58, b: float = 0.55) -> None:
     """A toy suite's folder: two repeats of row n (a floor of 0.35) and rows a and b, seed 0."""
     noise_runs(root / "toy" / "col")
