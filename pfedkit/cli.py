@@ -526,7 +526,6 @@ def reproduce(
     from pfedkit.experiments.reproduce import (
         CLAIMS_BEGIN,
         CLAIMS_END,
-        claims_block,
         claims_table,
         describe,
         results_folder,
@@ -548,14 +547,14 @@ def reproduce(
             )
         table = claims_table(results, [SUITES[suite]] if suite else list(SUITES.values()), repo_script)
         click.echo("\n".join(table))
-        before = claims_block(Path(update).read_text()) if update else []
-        if update and not update_claims(Path(update), table):
-            raise click.UsageError(
-                f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
-                f"{CLAIMS_END}\nwhere the table goes, then run this again"
-            )
-        if update:  # what a reader of the document should look at again
-            changes = verdict_changes(before, table)
+        if update:
+            replaced = update_claims(Path(update), table)
+            if replaced is None:
+                raise click.UsageError(
+                    f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
+                    f"{CLAIMS_END}\nwhere the table goes, then run this again"
+                )
+            changes = verdict_changes(replaced, table)  # what a reader of the document should look at again
             click.echo(f"\nVerdicts changed in {update}:" if changes else f"\nNo verdict changed in {update}.")
             click.echo("\n".join(f"- {change}" for change in changes), nl=bool(changes))
         return

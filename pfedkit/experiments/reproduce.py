@@ -652,12 +652,13 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
         }
         for label, (_, _, _, text) in evidence.items():  # each folder's own floor
             floors.append(f"- {suite.name}" + ("" if label == "small" else f" ({label})") + f": {text}")
+        paper = suite.paper.split()[0]
         for number, claim in enumerate(suite.claims, 1):
 
             def line(judges: str, verdict: str, detail: str, where: str, label: str = "small") -> str:
-                tally.setdefault(suite.paper.split()[0], Counter())[verdict.strip("*")] += 1
+                tally.setdefault(paper, Counter())[verdict.strip("*")] += 1
                 return (
-                    f"| {suite.paper.split()[0]} | {claim['text']} | {judges} | {verdict} | "
+                    f"| {paper} | {claim['text']} | {judges} | {verdict} | "
                     f"{detail.replace('|', '/')} | {where} | `{claim_id(suite, number, label)}` |"
                 )
 
@@ -855,23 +856,16 @@ def verdict_changes(before: Iterable[str], after: Iterable[str]) -> list[str]:
     return changed + [f"{key}: line gone (was {verdict})" for key, verdict in old.items() if key not in new]
 
 
-def claims_block(document_text: str) -> list[str]:
-    """The generated claims table of a document's text (empty without the markers)."""
-    if CLAIMS_BEGIN not in document_text or CLAIMS_END not in document_text:
-        return []
-    return document_text.split(CLAIMS_BEGIN, 1)[1].split(CLAIMS_END, 1)[0].splitlines()
-
-
-def update_claims(document: Path, table: Sequence[str]) -> bool:
-    """Replace the generated block of `document` (between CLAIMS_BEGIN and CLAIMS_END) with `table`; False when the
-    document lacks the markers."""
+def update_claims(document: Path, table: Sequence[str]) -> Optional[list[str]]:
+    """Replace the generated block of `document` (between CLAIMS_BEGIN and CLAIMS_END) with `table`; returns the
+    lines it replaced, or None (writing nothing) when the document lacks the markers."""
     text = document.read_text()
     if CLAIMS_BEGIN not in text or CLAIMS_END not in text:
-        return False
+        return None
     head, rest = text.split(CLAIMS_BEGIN, 1)
-    _, tail = rest.split(CLAIMS_END, 1)
+    replaced, tail = rest.split(CLAIMS_END, 1)
     atomic_write_text(document, head + CLAIMS_BEGIN + "\n" + "\n".join(table) + "\n" + CLAIMS_END + tail)
-    return True
+    return replaced.splitlines()
 
 
 def describe(suite: Suite) -> str:
