@@ -526,6 +526,7 @@ def reproduce(
     from pfedkit.experiments.reproduce import (
         CLAIMS_BEGIN,
         CLAIMS_END,
+        VERDICT_COUNTS_HEADING,
         claims_table,
         describe,
         results_folder,
@@ -546,17 +547,22 @@ def reproduce(
                 f"{results} is not a folder: give the --out your suites ran into", param_hint="--out"
             )
         table = claims_table(results, [SUITES[suite]] if suite else list(SUITES.values()), repo_script)
-        click.echo("\n".join(table))
-        if update:
-            replaced = update_claims(Path(update), table)
-            if replaced is None:
-                raise click.UsageError(
-                    f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
-                    f"{CLAIMS_END}\nwhere the table goes, then run this again"
-                )
-            changes = verdict_changes(replaced, table)  # what a reader of the document should look at again
-            click.echo(f"\nVerdicts changed in {update}:" if changes else f"\nNo verdict changed in {update}.")
-            click.echo("\n".join(f"- {change}" for change in changes), nl=bool(changes))
+        if not update:
+            click.echo("\n".join(table))
+            return
+        replaced = update_claims(Path(update), table)
+        if replaced is None:
+            raise click.UsageError(
+                f"{update} has no generated-table markers: put the lines\n{CLAIMS_BEGIN}\n"
+                f"{CLAIMS_END}\nwhere the table goes, then run this again"
+            )
+        # the table is in the document now: say what it counts and what moved, not its hundreds of lines again
+        counts = table.index(VERDICT_COUNTS_HEADING) if VERDICT_COUNTS_HEADING in table else len(table)
+        end = table.index("", counts + 2) if "" in table[counts + 2 :] else len(table)
+        click.echo(f"Wrote the claims table into {update}.\n" + "\n".join(table[counts:end]))
+        changes = verdict_changes(replaced, table)  # what a reader of the document should look at again
+        click.echo(f"\nVerdicts changed in {update}:" if changes else f"\nNo verdict changed in {update}.")
+        click.echo("\n".join(f"- {change}" for change in changes), nl=bool(changes))
         return
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))

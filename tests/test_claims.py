@@ -504,6 +504,9 @@ def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(t
     args = ["reproduce", "--claims", "--out", str(tmp_path / "results"), "--update", str(document)]
     updated = runner.invoke(main, args)
     assert updated.exit_code == 0
+    # the table went into the document; the output counts its lines instead of printing them all again
+    assert "`heart-table1#7` |" not in updated.output and f"Wrote the claims table into {document}" in updated.output
+    assert "Lines per paper and verdict:" in updated.output and "\n| HEART-PFL | " in updated.output
     changes = updated.output.partition("Verdicts changed in")[2]  # what moved since the document's table, named
     assert "- heart-table1#7: holds -> cannot tell" in changes and "- gone#1: line gone (was holds)" in changes
     assert "- heart-table1#1: new line, not run" in changes

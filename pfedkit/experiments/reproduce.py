@@ -708,12 +708,15 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
     return lines + (["", OWED_HEADING, "", *owed] if owed else [])
 
 
+VERDICT_COUNTS_HEADING = "Lines per paper and verdict:"
+
+
 def verdicts_by_paper(tally: Mapping[str, Counter[str]]) -> list[str]:
     """The claims table's lines counted per paper and verdict (a count claim's verdict is one of the four)."""
     kinds = (HOLDS, FAILS, UNSURE, NOT_RUN)
     if not tally:
         return []
-    lines = ["", "Lines per paper and verdict:", "", f"| paper | {' | '.join(kinds)} | lines |", "|---" * 6 + "|"]
+    lines = ["", VERDICT_COUNTS_HEADING, "", f"| paper | {' | '.join(kinds)} | lines |", "|---" * 6 + "|"]
     for paper, counts in [*tally.items(), ("all", sum(tally.values(), Counter()))]:
         lines.append(f"| {paper} | {' | '.join(str(counts[k]) for k in kinds)} | {sum(counts.values())} |")
     return lines
