@@ -705,7 +705,9 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]
     lines += verdicts_by_paper(tally)
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
-    return lines + (["", OWED_HEADING, "", *owed] if owed else [])
+    judged_any = any(counts[HOLDS] + counts[FAILS] + counts[UNSURE] for counts in tally.values())
+    # an empty list is said, not left out: a reader should not wonder whether the section was dropped
+    return lines + (["", OWED_HEADING, "", *(owed or [NOTHING_OWED])] if judged_any else [])
 
 
 VERDICT_COUNTS_HEADING = "Lines per paper and verdict:"
@@ -738,6 +740,8 @@ OWED_HEADING = (
     "each with the command that runs the rest (finished cells are skipped; a line without a noise floor owes a floor "
     "first, not seeds):"
 )
+
+NOTHING_OWED = f"- none: every line decided, or at least halfway to deciding, rests on {LEADING_SEEDS} seeds"
 
 
 def seeds_owed(
