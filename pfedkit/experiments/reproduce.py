@@ -666,7 +666,7 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 judgement = judge(claim, None)
                 lines.append(line("count", f"**{judgement.verdict}**", judgement.detail, "-"))
                 continue
-            judged, diverged, missing = 0, {}, {}  # missing: per folder, the cells it has no run of
+            judged, diverged, missing = 0, {}, None  # missing: the cells the small folder has no run of
             for label, (scale, on_gpu, judged_on, _) in evidence.items():
                 if "not_run" in claim:
                     break
@@ -674,13 +674,14 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 if judgement.verdict not in (HOLDS, FAILS, UNSURE):
                     if "diverged" in judgement.detail:
                         diverged[label] = judgement.detail
-                    missing[label] = list(  # the cells this folder has no run of (a diverged run is a result)
-                        dict.fromkeys(
-                            (c, r)
-                            for c, r in claim_cells(claim)
-                            if not ended_by_diverging(judged_on, c, r) and not finished_runs(judged_on.out / c, r)
+                    if label == "small":  # the folder a not-run line's command runs into (a diverged run is a result)
+                        missing = list(
+                            dict.fromkeys(
+                                (c, r)
+                                for c, r in claim_cells(claim)
+                                if not ended_by_diverging(judged_on, c, r) and not finished_runs(judged_on.out / c, r)
+                            )
                         )
-                    )
                     continue
                 judged += 1
                 rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
@@ -699,7 +700,7 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 )
             if not judged:  # every claim of the papers has a line: one not run says why (and which runs diverged)
                 # the command it suggests runs the small scale on a CPU: name what that folder lacks, not another's
-                reason = not_run_reason(suite, claim, missing.get("small"), runs_root)
+                reason = not_run_reason(suite, claim, missing, runs_root)
                 lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged.values()) if r]), "-"))
             else:  # a folder whose runs diverged is a result too, beside the folders that judged the claim
                 lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]
