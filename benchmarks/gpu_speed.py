@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import importlib.util
 import json
 import os
@@ -47,12 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from pfllib_peer import command, ensure_exported, partition_digest, round_accuracies, torchvision_stand_in  # noqa: E402
 
 from pfedkit.data.federated import FederatedDataset, build_federated  # noqa: E402
 from pfedkit.engine.simulation import Simulation  # noqa: E402
@@ -219,22 +219,7 @@ def steady(values: list[float]) -> Optional[float]:
 
 
 # ---- PFLlib ----
-def export_for_pfllib(fed: FederatedDataset, folder: Path) -> None:
-    """The partition in PFLlib's format: <folder>/train/<i>.npz and test/<i>.npz, each {'data': {'x', 'y'}}."""
-    for split, indices, x, y in (
-        ("train", fed.train_idx, fed.train_x, fed.train_y),
-        ("test", fed.test_idx, fed.test_x, fed.test_y),
-    ):
-        (folder / split).mkdir(parents=True, exist_ok=True)
-        for cid, idx in enumerate(indices):
-            take = torch.from_numpy(np.asarray(idx))
-            data = {"x": x[take].cpu().numpy().astype(np.float32), "y": y[take].cpu().numpy().astype(np.int64)}
-            with open(folder / split / f"{cid}.npz", "wb") as f:
-                np.savez(f, data=data)
-
-
 TIME_COST = re.compile(r"^-{25,}(?: time cost -+)? ([0-9][0-9.eE+-]*)\s*$", re.M)  # some servers print no label
-ACCURACY = re.compile(r"Averaged Test Accuracy: ([0-9.]+)")
 
 
 def pfllib_run(
@@ -250,43 +235,20 @@ def pfllib_run(
 ) -> dict[str, Any]:
     algo, extra = METHODS[method][0]
     # "Cifar10" in the name: PFLlib picks FedAvgCNN's CIFAR shape from it; the digest: another partition, another folder
-    digest = hashlib.sha1(b"".join(np.asarray(i).tobytes() for i in fed.train_idx + fed.test_idx)).hexdigest()[:10]
-    name = f"Cifar10_pfedkit_{setting.name}_{digest}"
-    folder = pfllib / "dataset" / name
-    if not (folder / "test" / f"{setting.clients - 1}.npz").exists():
-        export_for_pfllib(fed, folder)
-    cmd = [
+    name = f"Cifar10_pfedkit_{setting.name}_{partition_digest(fed)}"
+    ensure_exported(fed, pfllib, name)
+    cmd = command(
         sys.executable,
-        "-u",
-        "main.py",
-        "-data",
         name,
-        "-m",
         setting.pfllib_model,
-        "-algo",
         algo,
-        "-gr",
-        str(rounds),
-        "-eg",
-        str(rounds),
-        "-nc",
-        str(setting.clients),
-        "-ncl",
-        str(fed.num_classes),
-        "-lbs",
-        "10",
-        "-lr",
-        "0.005",
-        "-ls",
-        "1",
-        "-jr",
-        "1",
-        "-dev",
-        "cuda" if device.startswith("cuda") else "cpu",
-        "-did",
-        "0",
-        *extra,
-    ]
+        rounds,
+        setting.clients,
+        fed.num_classes,
+        device,
+        extra,
+        eval_gap=rounds,
+    )
     timeout = max(clock.left, 1)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if stand_in:  # --check on a machine without torchvision: PFLlib's main.py imports it, CNN runs never use it
@@ -299,14 +261,14 @@ def pfllib_run(
         cut = "budget spent"
     log.write_text(" ".join(cmd) + "\n\n" + output)
     costs = [float(c) for c in TIME_COST.findall(output)]
-    accs = [float(a) for a in ACCURACY.findall(output)]
+    accs = list(round_accuracies(output).values())
     # rounds 1..R-1 train only (evaluation every R rounds: at 0 and R); round R evaluates, then trains
     train = steady(costs[1:rounds]) if len(costs) > 1 else None
     evaluation = costs[rounds] - train if len(costs) > rounds and train else None
     result = {
         "train_s": train,
         "eval_s": evaluation if evaluation is not None and evaluation > 0 else None,
-        "acc": accs[-1] if len(accs) > 1 else None,
+        "acc": accs[-1] / 100 if len(accs) > 1 else None,
         "rounds_done": max(len(costs) - 1, 0),
     }
     if cut:
@@ -554,11 +516,7 @@ def main() -> None:
     )
     stand_in = None
     if args.check and has_pfllib and importlib.util.find_spec("torchvision") is None:
-        stand_in = out / "logs" / "stand-in"
-        (stand_in / "torchvision").mkdir(parents=True, exist_ok=True)
-        (stand_in / "torchvision" / "__init__.py").write_text(
-            "# --check only: an empty torchvision for PFLlib's import\n"
-        )
+        stand_in = torchvision_stand_in(out / "logs" / "stand-in")
     results: list[dict] = []
     ceilings: dict[str, float] = {}
     feds: dict[str, FederatedDataset] = {}

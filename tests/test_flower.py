@@ -574,3 +574,40 @@ def test_a_node_that_stops_is_reported_and_takes_its_processes_with_it(tmp_path)
     )
     assert state in ("gone", "Z")
     assert fed.reap_dead_nodes() == []
+
+
+def test_a_run_accepts_the_work_folder_pfedkit_made_in_its_out_and_still_refuses_a_users(tmp_path):
+    """`pfedkit flower local` makes OUT/flower (its app and logs) before the server writes the run into OUT: the
+    run must take that folder as its own, and still refuse a folder a user left there."""
+    from pfedkit.engine.store import WORK_MARKER
+
+    cfg = small(clients=2, rounds=1)
+    (tmp_path / "ok" / "flower").mkdir(parents=True)
+    (tmp_path / "ok" / "flower" / WORK_MARKER).touch()
+    run_experiment(cfg, tmp_path / "ok", progress=False)
+    assert (tmp_path / "ok" / "summary.json").exists()
+    (tmp_path / "mine" / "flower").mkdir(parents=True)
+    with pytest.raises(PfedkitError, match="did not write"):
+        run_experiment(cfg, tmp_path / "mine", progress=False)
+
+
+@pytest.mark.slow
+def test_flower_local_without_a_work_folder_finishes_and_a_failure_names_its_cause(tmp_path):
+    """The README's command, with the work folder left at its default OUT/flower: it finishes; and a run that
+    ends without results says why on the terminal, not only in run.log."""
+    pytest.importorskip("flwr")
+    import subprocess
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "digits.toml"
+    cmd = [sys.executable, "-m", "pfedkit", "flower", "local", str(example), "--out", str(tmp_path / "fl")]
+    cmd += ["--set", "partition.clients=2", "--set", "train.rounds=1", "--round-timeout", "120"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "fl" / "summary.json").read_text())["last_round"] == 1
+    assert (tmp_path / "fl" / "flower" / "run.log").exists()
+    from pfedkit.flower.local import last_error
+
+    log = tmp_path / "run.log"
+    log.write_text("INFO starting\npfedkit.errors.PfedkitError: /x holds files pfedkit did not write (notes)\nbye\n")
+    assert "holds files pfedkit did not write" in last_error(log)
+    assert last_error(tmp_path / "absent.log") == ""

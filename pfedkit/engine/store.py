@@ -53,6 +53,8 @@ def safe_load(path: Path, what: str, fix: str) -> Any:
 
 
 LOCK = ".pfedkit.lock"
+# in a folder pfedkit made inside a run's --out for its own use (Flower's app and logs): the run accepts it there
+WORK_MARKER = ".pfedkit-work"
 OWNER = ".pfedkit-owner.json"
 
 
@@ -230,6 +232,8 @@ def foreign_files(out: Path, config: Config) -> list[str]:
         if path.name == "config.toml":
             if not ours:
                 foreign.append(path.name)
+        elif path.is_dir() and (path / WORK_MARKER).exists():
+            continue
         elif not ((path.name in RUN_FILES and ours) or path.name.startswith(".pfedkit") or STALE.match(path.name)):
             foreign.append(path.name)
     return foreign

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from pfedkit.engine.lifeline import Guardian, descendants, send
+from pfedkit.engine.store import WORK_MARKER
 from pfedkit.errors import PfedkitError
 
 FEDERATION = "loopback"
@@ -227,6 +228,16 @@ def rounds_done(metrics: Path) -> int:
         return 0
 
 
+def last_error(log: Path) -> str:
+    """The last line of a log that names an error (pfedkit's refusals and Python's exceptions), for the terminal."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if "Error" in line or "error:" in line]
+    return errors[-1] if errors else ""
+
+
 def run_loopback(
     settings,
     workdir: str | Path,
@@ -242,6 +253,7 @@ def run_loopback(
 
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / WORK_MARKER).touch()  # the default OUT/flower sits in the run's own folder: the run must accept it
     app_dir = workdir / "app"
     write_app(app_dir, settings)
     metrics = Path(settings.out) / "metrics.csv"
@@ -273,5 +285,8 @@ def run_loopback(
                 )
     summary_path = Path(settings.out) / "summary.json"
     if not summary_path.exists():
-        raise PfedkitError(f"the Flower run ended without results; see {workdir / 'run.log'}")
+        cause = last_error(workdir / "run.log")
+        raise PfedkitError(
+            f"the Flower run ended without results{': ' + cause if cause else ''}; see {workdir / 'run.log'}"
+        )
     return json.loads(summary_path.read_text())
