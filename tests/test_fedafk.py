@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pfedkit.engine import local_update
+from pfedkit.engine import local_update, simulation
 from pfedkit.engine.simulation import Simulation
 from pfedkit.io import read_csv
 from pfedkit.registry import build_config
@@ -354,3 +354,31 @@ def test_batchnorm_statistics_are_mixed_with_mu_or_kept_as_the_personal_extracto
         start = mu * own + (1 - mu) * reply[k]
         torch.testing.assert_close(new[k], 0.81 * start + added, atol=1e-5, rtol=0)
         assert not torch.allclose(own, reply[k], atol=1e-3)  # the two extractors' statistics differ: the mix shows
+
+
+def test_logged_client_numbers_are_folded_in_client_order_whatever_order_replies_arrive(tmp_path, monkeypatch):
+    """mu_mean sums the trained clients' mu in client order: a run whose replies arrive in another order (workers,
+    Ray) logs the same numbers to the last digit, so a resumed run's metrics.csv equals an uninterrupted one's."""
+    from pfedkit.engine.workers import Executor
+
+    cfg = build_config(
+        {
+            "data": {"dataset": "synthetic", "options": {"samples": 800, "test_samples": 160}},
+            "partition": {"clients": 8},
+            "model": {"name": "mlp", "options": {"hidden": 8}},
+            "method": {"name": "fedafk"},
+            "train": {"rounds": 2, "batch_size": 16, "lr": 0.05},
+            "run": {"workers": 1},
+        }
+    )
+    Simulation(cfg, tmp_path / "in-order", progress=False).run()
+    arrived = Executor.run
+    monkeypatch.setattr(Executor, "run", lambda self, tasks, **kw: reversed(list(arrived(self, tasks, **kw))))
+    seen = []
+    original = simulation.summarize_clients
+    monkeypatch.setattr(simulation, "summarize_clients", lambda m, states: seen.append(states) or original(m, states))
+    Simulation(cfg, tmp_path / "reversed", progress=False).run()
+    clients = torch.load(tmp_path / "reversed" / "checkpoint.pt", weights_only=False)["clients"]
+    assert [float(s["mu"]) for s in seen[-1]] == [float(clients[cid]["mu"]) for cid in sorted(clients)]
+    first, second = read_csv(tmp_path / "in-order" / "metrics.csv"), read_csv(tmp_path / "reversed" / "metrics.csv")
+    assert [r["mu_mean"] for r in first] == [r["mu_mean"] for r in second]

@@ -602,10 +602,10 @@ class Simulation(RoundLoop):
         else:
             results = self.executor.run(tasks, in_order=replies.fold is not None)
             self.paths[self.one_at_a_time_reason()] += len(tasks)
-        logged: list[State] = []  # the numbers of the trained clients' new states that the method logs
+        logged: dict[int, State] = {}  # the numbers of the trained clients' new states that the method logs
         for cid, (reply, client, measured) in results:
             replies.add(cid, reply)
-            logged.append({key: client[key] for key in self.method.client_logged if key in client})
+            logged[cid] = {key: client[key] for key in self.method.client_logged if key in client}
             if measured is not None:
                 after[cid] = measured
             if bad := nonfinite_keys(client):  # kept only when finite: a checkpoint never holds NaN
@@ -616,7 +616,8 @@ class Simulation(RoundLoop):
                 new_states[cid] = client
         self.diverged(round, "client states", nonfinite)
         self.clients.update(new_states)
-        return TrainedRound(replies, after, logged)
+        # folded in client order, not the order replies arrived: the same run logs the same last digit
+        return TrainedRound(replies, after, [logged[cid] for cid in sorted(logged)])
 
     def one_at_a_time_reason(self) -> str:
         """Why this run's clients train one at a time (for summary.json and the run log)."""
