@@ -1,5 +1,5 @@
-"""The Ray backend on a cluster of two nodes on this machine (`ray start --head`, then `ray start --address`): the
-work spreads over both nodes and the run ends with the local backend's metrics."""
+"""The Ray backend on a cluster of two nodes on this machine (Ray's own test cluster: a head and a second node, each
+its own raylet): the work spreads over both nodes and the run ends with the local backend's metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,34 +30,63 @@ def ray_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([*command, *args], env=env, timeout=START_S, capture_output=True, text=True)
 
 
+@contextmanager
+def own_cluster(nodes: int = 2):
+    """A head and `nodes` - 1 more nodes of one CPU each, started and stopped by Ray's own test cluster
+    (`ray.cluster_utils.Cluster`): it ends only the processes it started, never a user's cluster or another test
+    run's (`ray stop` would end every Ray process on the machine)."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
 @pytest.fixture
 def two_nodes(monkeypatch):
-    """A head and a second node of one CPU each, stopped afterwards (`ray stop` ends every Ray process here)."""
     if ray.is_initialized():
         ray.shutdown()
-    # a cluster started by `ray start` asks for a token unless told not to; this one is local and short-lived
+    # a local, short-lived cluster: no token, no usage report
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("RAY_DISABLE_USAGE_STATS", "1")
-    env = dict(os.environ)
-    address = f"127.0.0.1:{free_port()}"
     try:
-        head = ray_cli(
-            "start",
-            "--head",
-            f"--port={address.split(':')[1]}",
-            "--num-cpus=1",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            env=env,
-        )
-        assert head.returncode == 0, head.stderr[-2000:]
-        node = ray_cli("start", f"--address={address}", "--num-cpus=1", env=env)
-        assert node.returncode == 0, node.stderr[-2000:]
-        yield address
+        with own_cluster() as cluster:
+            yield cluster.address
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        ray_cli("stop", "--force", env=env)
+
+
+def processes_of(cluster) -> list[int]:
+    nodes = [cluster.head_node, *cluster.worker_nodes]
+    return [p.process.pid for node in nodes for procs in node.all_processes.values() for p in procs]
+
+
+@pytest.mark.slow
+def test_the_tests_cluster_stops_its_own_processes_and_leaves_another_clusters_running(monkeypatch):
+    """A user's Ray cluster (or another test run's) on the same machine outlives this file's cluster."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_DISABLE_USAGE_STATS", "1")
+    with own_cluster(nodes=1) as users:
+        theirs = processes_of(users)
+        with own_cluster() as ours:
+            mine = processes_of(ours)
+        assert theirs and all(alive(pid) for pid in theirs)
+        assert not any(alive(pid) for pid in mine)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{pid}").exists() else ""
+    return state not in ("Z", "")
 
 
 # The driver runs in a process of its own: Ray caches settings in a process that ran it before (test_ray.py's local

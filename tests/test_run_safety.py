@@ -51,6 +51,13 @@ def pfedkit(*args: str, cwd: Path = REPO) -> subprocess.Popen:
     )
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def wait_for(predicate, seconds: float = 60.0) -> None:
     deadline = time.time() + seconds
     while not predicate():
@@ -228,12 +235,13 @@ def test_the_guardian_kills_started_process_trees_when_its_owner_dies(tmp_path):
     assert owner.stdout.readline().strip() == "ready"
     wait_for(lambda: len(descendants(owner.pid)) >= 5, 10)  # guardian, 2 bash, 2+ sleeps
     started = descendants(owner.pid)
+    guardian = [pid for pid in started if "pfedkit.engine.lifeline" in command_line(pid)]
+    assert len(guardian) == 1
     owner.kill()
     owner.wait()
-    deadline = time.time() + 6
-    while time.time() < deadline and any(alive(pid) for pid in started):
-        time.sleep(0.1)
-    assert not [pid for pid in started if alive(pid)]
+    # the event, not the clock: the guardian exits once it has sent its last SIGKILL (a minute only bounds a hang)
+    wait_for(lambda: not alive(guardian[0]), 60)
+    wait_for(lambda: not any(alive(pid) for pid in started), 60)
 
 
 def test_a_guardian_closed_in_order_leaves_its_processes_to_their_owner():
