@@ -593,7 +593,7 @@ def test_a_run_accepts_the_work_folder_pfedkit_made_in_its_out_and_still_refuses
 
 @pytest.mark.slow
 def test_flower_local_without_a_work_folder_finishes_and_a_failure_names_its_cause(tmp_path):
-    """The README's command, with the work folder left at its default OUT/flower: it finishes; and a run that
+    """The command of docs/flower.md, with the work folder left at its default OUT/flower: it finishes; and a run that
     ends without results says why on the terminal, not only in run.log."""
     pytest.importorskip("flwr")
     import subprocess

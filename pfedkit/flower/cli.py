@@ -82,7 +82,7 @@ def app(config, out, overrides, run_name, min_replies, round_timeout, min_client
         f"app: {path}\nper client K in 0..{clients - 1}, on its machine:\n"
         f"  flower-supernode --superlink <host>:<port> --root-certificates ca.crt "
         f"--node-config 'client-id=K data-dir=\"/data/site-K\"'\n"
-        f"then: flwr run {app_dir} <federation> --stream   (see README, Running on Flower)"
+        f"then: flwr run {app_dir} <federation> --stream   (see docs/flower.md)"
     )
 
 

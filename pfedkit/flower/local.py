@@ -1,7 +1,7 @@
 """A SuperLink and SuperNodes on 127.0.0.1 for trying a run out (and for the tests): insecure, local only.
 
 Every process is started here and stopped here by its own pid (SIGTERM, then SIGKILL after a grace period).
-Real deployments use TLS and node authentication instead; see README, "Running on Flower".
+Real deployments use TLS and node authentication instead; see docs/flower.md.
 """
 
 from __future__ import annotations
