@@ -27,6 +27,7 @@ def run(
     from pfedkit.config import merge
     from pfedkit.errors import ConfigError, PfedkitError
     from pfedkit.experiments import run_experiment
+    from pfedkit.io import output_folder
     from pfedkit.registry import build_config, read_config_file
 
     if not isinstance(config, (str, Path, Mapping)):
@@ -38,6 +39,7 @@ def run(
         )
     if resume and not (Path(out) / "config.toml").exists():
         raise PfedkitError(f"there is no run in {out} to resume (no config.toml there); start one without resume=True")
+    output_folder(out, "out")  # a wrong type or a file named here fails before any data is read
     raw = read_config_file(config) if isinstance(config, (str, Path)) else dict(config)
     raw = merge(raw, {name: dict(values) for name, values in sections.items()})
     if data_root is not None:

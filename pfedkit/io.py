@@ -17,8 +17,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from pfedkit.errors import ConfigError, PfedkitError
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+
+def output_folder(out: Any, what: str = "--out") -> Path:
+    """`out` as a folder to write into (made if missing), refused with the fix when it cannot be one: not a path, a
+    file, a device, or a link to nothing."""
+    if not isinstance(out, (str, os.PathLike)) or str(out) == "":
+        raise ConfigError(f"{what} must be a folder's path (a str or Path), not {out!r}")
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise PfedkitError(
+            f"{what} {out} is a link to {os.readlink(out)}, which does not exist: remove the link or "
+            "choose another folder"
+        )
+    if out.exists() and not out.is_dir():
+        kind = "a file" if out.is_file() else "not a folder (a device or other special file)"
+        raise PfedkitError(f"{what} {out} is {kind}: choose a folder (it is made if missing)")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def atomic_write(path: Path, write) -> None:

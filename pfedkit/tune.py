@@ -21,7 +21,7 @@ from pfedkit.engine.divergence import Diverged
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.experiments import run_experiment
 from pfedkit.experiments.pipeline import run_configs
-from pfedkit.io import atomic_write_csv, atomic_write_text
+from pfedkit.io import atomic_write_csv, atomic_write_text, output_folder
 from pfedkit.methods.base import search_space
 from pfedkit.registry import build_config, method_class, method_source
 from pfedkit.reports.tables import mean_of_last
@@ -137,7 +137,7 @@ class Tuner:
                     "last-k or config differ); resume with the same arguments or pass another --out"
                 )
         else:
-            self.out.mkdir(parents=True, exist_ok=True)
+            output_folder(self.out)
             atomic_write_text(saved, dump_toml(json.loads(json.dumps(self.setup, default=str))))
 
     def study(self):
@@ -211,7 +211,7 @@ class Tuner:
 
     # -- the whole tune -------------------------------------------------------------------------------------------
     def run(self, test_seeds: Sequence[int] = ()) -> dict[str, Any]:
-        self.out.mkdir(parents=True, exist_ok=True)
+        output_folder(self.out)
         lock = FileLock(str(self.out / "tune.lock"))
         try:
             lock.acquire(timeout=0)

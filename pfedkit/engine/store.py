@@ -15,7 +15,7 @@ import torch
 
 from pfedkit.config import CONFIG_HEADER, Config, dump_toml
 from pfedkit.errors import DataError, PfedkitError
-from pfedkit.io import STALE, atomic_write, atomic_write_json, read_json
+from pfedkit.io import STALE, atomic_write, atomic_write_json, output_folder, read_json
 from pfedkit.registry import build_config, continues, read_saved_config, run_differences
 
 CHECKPOINT = "checkpoint.pt"
@@ -88,8 +88,7 @@ class RunLock:
     message naming the process that left it."""
 
     def __init__(self, out: Path, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
-        self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.out = output_folder(out)
         self.lock = filelock.FileLock(str(self.out / LOCK), timeout=0, is_singleton=False)
         try:
             self.lock.acquire()

@@ -11,7 +11,7 @@ from pfedkit.errors import ConfigError
 from pfedkit.experiments.pipeline import check_method_overrides, run_folder
 from pfedkit.experiments.reproduce import run_cells
 from pfedkit.experiments.suite import Column, Scale, Suite
-from pfedkit.io import atomic_write_csv, atomic_write_text
+from pfedkit.io import atomic_write_csv, atomic_write_text, output_folder
 from pfedkit.registry import read_config_file
 from pfedkit.reports.plots import save_curves
 from pfedkit.reports.tables import mean_curve, mean_std
@@ -71,6 +71,7 @@ def compare_configs(
     results.csv and a plot in out. The base's hyper-parameters apply only to the method it names."""
     if not methods:
         raise ConfigError("no methods given; e.g. --methods fedavg,fedper,fedrep")
+    out = output_folder(out)
     given = base.get("method", {})
     suite = Suite(
         name="compare",
@@ -139,7 +140,7 @@ def run_demo(out: Path, rounds: Optional[int] = None, progress: bool = True) -> 
         shutil.rmtree(out)
     elif out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} exists and was not made by `pfedkit demo`; pass another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(out)
     marker.touch()
     base = {k: dict(v) for k, v in DEMO.items()}
     if rounds is not None:

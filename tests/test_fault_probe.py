@@ -1,0 +1,34 @@
+"""What a new user's fault probe met, each refused with a message that names the problem and the fix, or said, not
+left silent: one test per finding."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import pfedkit
+from pfedkit.errors import ConfigError, PfedkitError
+from pfedkit.experiments import run_experiment
+from tests.test_engine import synthetic, synthetic_raw
+
+
+@pytest.mark.parametrize("out", [None, 123, ""])
+def test_the_python_run_refuses_an_out_that_is_not_a_path(out):
+    with pytest.raises(ConfigError, match="must be a folder's path"):
+        pfedkit.run(synthetic_raw(train={"rounds": 1}), out=out, progress=False)
+
+
+def test_an_out_that_is_a_file_a_device_or_a_dangling_link_is_refused_by_name(tmp_path):
+    cfg = synthetic(train={"rounds": 1})
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(PfedkitError, match="is a file: choose a folder"):
+        run_experiment(cfg, notes, progress=False)
+    assert notes.read_text() == "mine"  # nothing lost
+    with pytest.raises(PfedkitError, match="not a folder"):
+        run_experiment(cfg, "/dev/null", progress=False)
+    link = tmp_path / "link"
+    os.symlink(tmp_path / "gone", link)
+    with pytest.raises(PfedkitError, match="does not exist: remove the link"):
+        run_experiment(cfg, link, progress=False)
