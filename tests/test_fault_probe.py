@@ -32,3 +32,20 @@ def test_an_out_that_is_a_file_a_device_or_a_dangling_link_is_refused_by_name(tm
     os.symlink(tmp_path / "gone", link)
     with pytest.raises(PfedkitError, match="does not exist: remove the link"):
         run_experiment(cfg, link, progress=False)
+
+
+def test_a_nan_in_the_data_is_named_with_its_sample_before_any_training():
+    import torch
+
+    from pfedkit.data.federated import build_federated
+    from pfedkit.data.sources import DataSource
+    from pfedkit.errors import DataError
+
+    x, y = torch.zeros(60, 1, 4, 4), torch.arange(60) % 3
+    x[17, 0, 2, 1] = float("nan")
+    x[40, 0, 0, 0] = float("inf")
+    source = DataSource("mine", x, y, torch.zeros(12, 1, 4, 4), torch.arange(12) % 3, 3)
+    with pytest.raises(DataError, match=r"mine: training sample 17 holds a NaN .*\(also 40\); fix or drop"):
+        build_federated(synthetic(partition={"clients": 3}), source)
+    x[17, 0, 2, 1], x[40, 0, 0, 0] = 0.0, 0.0
+    assert build_federated(synthetic(partition={"clients": 3}), source).num_clients == 3

@@ -19,7 +19,7 @@ from pfedkit.data.partition import (
     split_validation,
 )
 from pfedkit.data.sources import DataSource, content_checksum, load_dataset
-from pfedkit.errors import ConfigError
+from pfedkit.errors import ConfigError, DataError
 from pfedkit.records import ClientData, ServerData
 
 
@@ -134,10 +134,28 @@ def keep_fraction(source: DataSource, fraction: float, seed: int) -> DataSource:
     return replace(source, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
 
 
+def check_finite(source: DataSource, name: str, chunk: int = 4096) -> None:
+    """A NaN or infinity among the inputs is named (split and sample) before any training, not met as a diverged
+    loss rounds later; checked in chunks so a large data set needs no second copy."""
+    for split, x in (("training", source.train_x), ("test", source.test_x)):
+        if x is None or not torch.is_floating_point(x):
+            continue
+        for start in range(0, len(x), chunk):
+            bad = (~torch.isfinite(x[start : start + chunk])).flatten(1).any(1).nonzero().flatten()
+            if len(bad):
+                where = [start + int(i) for i in bad[:5]]
+                raise DataError(
+                    f"{name}: {split} sample {where[0]} holds a NaN or infinite input value"
+                    f"{' (also ' + ', '.join(map(str, where[1:])) + ')' if len(where) > 1 else ''}; "
+                    "fix or drop those samples in the data set's files"
+                )
+
+
 def build_federated(config: Config, source: DataSource | None = None) -> FederatedDataset:
     from pfedkit.data.proxy import split_server_data
 
     source = source or load_dataset(config.data.dataset, config.data.root, **config.data.options)
+    check_finite(source, source.name or config.data.dataset)
     checksum = content_checksum(source)
     total = len(source.train_y)
     source = keep_fraction(source, config.data.fraction, config.run.seed)
