@@ -49,3 +49,26 @@ def test_a_nan_in_the_data_is_named_with_its_sample_before_any_training():
         build_federated(synthetic(partition={"clients": 3}), source)
     x[17, 0, 2, 1], x[40, 0, 0, 0] = 0.0, 0.0
     assert build_federated(synthetic(partition={"clients": 3}), source).num_clients == 3
+
+
+def test_compare_resume_refuses_finished_runs_whose_data_were_replaced_since(tmp_path, monkeypatch):
+    """Data replaced between `compare` and `compare --resume` adding a seed: the finished seed ran on the old data
+    and is refused by name instead of being averaged with a seed on the new data."""
+    import dataclasses
+
+    from pfedkit.data import sources
+    from pfedkit.experiments.compare import compare_configs
+
+    base = synthetic_raw(train={"rounds": 1})
+    compare_configs(base, ["fedavg"], [0], tmp_path, progress=False)
+    compare_configs(base, ["fedavg"], [0, 1], tmp_path, resume=True, progress=False)  # same data: reused
+    original = sources.LOADERS["synthetic"]
+
+    def replaced(root, samples: int = 2000, test_samples: int = 500):
+        source = original(root, samples=samples, test_samples=test_samples)
+        return dataclasses.replace(source, train_x=source.train_x + 1)
+
+    monkeypatch.setitem(sources.LOADERS, "synthetic", replaced)
+    with pytest.raises(ConfigError, match=r"seed0 finished on other data than synthetic holds now"):
+        compare_configs(base, ["fedavg"], [0, 1, 2], tmp_path, resume=True, progress=False)
+    assert not (tmp_path / "fedavg" / "seed2").exists() or not (tmp_path / "fedavg" / "seed2" / "summary.json").exists()

@@ -16,11 +16,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from pfedkit.config import Config, merge, parse_override
 from pfedkit.data.federated import build_federated
+from pfedkit.data.sources import content_checksum, load_dataset
 from pfedkit.engine.cohort import cohort_settings
 from pfedkit.engine.divergence import Diverged
 from pfedkit.engine.store import CHECKPOINT
 from pfedkit.engine.workers import driver_device
-from pfedkit.errors import ConfigError
+from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.runs import run_experiment
 from pfedkit.io import read_json
 from pfedkit.records import DIVERGED
@@ -134,9 +135,11 @@ def run_configs(
     and take the cohort path train as one cohort (`run.together`), each still a run of its own."""
     summaries: dict[Path, dict[str, Any]] = {}
     todo: dict[Path, Config] = {}
+    checksums: dict[str, Optional[str]] = {}  # the data as they are now, by what loads them
     for run_dir, cfg in runs.items():
         if resume and (run_dir / "summary.json").exists():
             summaries[run_dir] = read_json(run_dir / "summary.json", "summary")
+            check_reused_data(run_dir, cfg, summaries[run_dir], checksums, log)
             continue
         if resume and (run_dir / DIVERGED).exists():  # the same config diverges the same way again
             summaries[run_dir] = {"diverged": json.loads((run_dir / DIVERGED).read_text())}
@@ -164,6 +167,35 @@ def run_configs(
             log(f"{run_dir}: {err}")
             summaries[run_dir] = {"diverged": err.record()}
     return {run_dir: summaries[run_dir] for run_dir in runs}
+
+
+def check_reused_data(
+    run_dir: Path,
+    config: Config,
+    summary: dict[str, Any],
+    checksums: dict[str, Optional[str]],
+    log: Callable[[str], None],
+) -> None:
+    """A finished run is reused only on the data it ran on: averaged beside a new seed on replaced data, its number
+    would mix two data sets without a word. Data that cannot be loaded here leave the run unverified, said once."""
+    ran_on = summary.get("data_checksum")
+    if not ran_on:
+        return
+    key = json.dumps(config.data.model_dump(mode="json", include={"dataset", "root", "options"}), sort_keys=True)
+    if key not in checksums:
+        try:
+            source = load_dataset(config.data.dataset, config.data.root, **config.data.options)
+            checksums[key] = content_checksum(source)
+        except DataError as err:
+            checksums[key] = None
+            log(f"the finished runs on {config.data.dataset} are reused unverified: {err}")
+    now = checksums[key]
+    if now is not None and now != ran_on:
+        raise ConfigError(
+            f"{run_dir} finished on other data than {config.data.dataset} holds now (it ran on {ran_on}, the data "
+            f"here are {now}); point --data-root at the data it ran on, or delete that folder (or choose another "
+            "--out) to run it on these"
+        )
 
 
 def together_key(config: Config) -> Optional[str]:
