@@ -72,3 +72,18 @@ def test_compare_resume_refuses_finished_runs_whose_data_were_replaced_since(tmp
     with pytest.raises(ConfigError, match=r"seed0 finished on other data than synthetic holds now"):
         compare_configs(base, ["fedavg"], [0, 1, 2], tmp_path, resume=True, progress=False)
     assert not (tmp_path / "fedavg" / "seed2").exists() or not (tmp_path / "fedavg" / "seed2" / "summary.json").exists()
+
+
+def test_a_longer_runs_checkpoint_copied_in_is_refused_not_reported_as_this_runs_rounds(tmp_path):
+    """Another run's checkpoint of the same config but more rounds, copied into a 3-round run's folder: resuming
+    refuses it by name instead of reporting a best round 5 and last_round 6 for a 3-round run."""
+    import shutil
+
+    run_experiment(synthetic(train={"rounds": 6}), tmp_path / "long", progress=False)
+    short = synthetic(train={"rounds": 3})
+    run_experiment(short, tmp_path / "short", progress=False)
+    shutil.copy(tmp_path / "long" / "checkpoint.pt", tmp_path / "short" / "checkpoint.pt")
+    with pytest.raises(PfedkitError, match=r"is at round 6, past this run's last round 3: .*train.rounds=6"):
+        run_experiment(short, tmp_path / "short", resume=True, progress=False)
+    summary = run_experiment(synthetic(train={"rounds": 6}), tmp_path / "short", resume=True, progress=False)
+    assert summary["last_round"] == 6  # the fix the message names works

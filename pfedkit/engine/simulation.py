@@ -180,6 +180,12 @@ class RoundLoop:
         ckpt = load_checkpoint(self.out) if resume else None
         if ckpt is not None:
             check_belongs(self.out, ckpt, self.config, accept_code_change=self.options.accept_code_change)
+            if ckpt["next_round"] > self.config.train.rounds + 1:  # past this run's final evaluation (round R)
+                raise PfedkitError(
+                    f"{self.out / 'checkpoint.pt'} is at round {ckpt['next_round'] - 1}, past this run's last round "
+                    f"{self.config.train.rounds}: it was written by a longer run (copied in?); delete it to run this "
+                    f"config from round 0, or resume with --set train.rounds={ckpt['next_round'] - 1} or more"
+                )
         if ckpt is None:
             self.server = self.method.init_server()
             self.rows: list[dict[str, Any]] = []
