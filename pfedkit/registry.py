@@ -3,6 +3,7 @@ names checked, its method's hyper-parameters validated, and the method built fro
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import importlib.util
@@ -299,9 +300,21 @@ def continues(old: Config, new: Config, changes: Optional[list[str]] = None) -> 
     return new.train.rounds > old.train.rounds and [change.split(":")[0] for change in changes] == ["train.rounds"]
 
 
-def read_saved_config(path: Path) -> Config:
-    """A run folder's config.toml, validated."""
-    return build_config(read_toml(path))
+def read_saved_config(path: Path, module_now: Any = None) -> Config:
+    """A run folder's config.toml, validated (see recorded_config)."""
+    return recorded_config(read_toml(path), module_now)
+
+
+def recorded_config(raw: dict[str, Any], module_now: Any = None) -> Config:
+    """A config a run recorded (config.toml, a checkpoint's), validated. `module_now`: where the method's file is now,
+    used when the recorded method.module file is gone (the file moved; its code is still checked, by method.source)."""
+    raw = copy.deepcopy(raw)
+    section = raw.get("method", {})
+    recorded = section.get("module")
+    moved = [m for m in (recorded if isinstance(recorded, list) else [recorded]) if isinstance(m, str)]
+    if module_now and any(m.endswith(".py") and not Path(m).expanduser().exists() for m in moved):
+        section["module"] = module_now
+    return build_config(raw)
 
 
 def build_model_on(device: torch.device, *args: Any, **kwargs: Any) -> torch.nn.Module:

@@ -87,3 +87,29 @@ def test_a_longer_runs_checkpoint_copied_in_is_refused_not_reported_as_this_runs
         run_experiment(short, tmp_path / "short", resume=True, progress=False)
     summary = run_experiment(synthetic(train={"rounds": 6}), tmp_path / "short", resume=True, progress=False)
     assert summary["last_round"] == 6  # the fix the message names works
+
+
+def test_a_moved_method_file_resumes_with_the_guides_fix_naming_its_new_place(tmp_path):
+    """The guide's fix for a moved method file, `--set method.module=NEW`, is taken (the code is still checked by
+    its digest), instead of refused naming the old path; other code in the new place is still refused."""
+    from pathlib import Path
+
+    from pfedkit.registry import build_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "methods" / "fedavgm.py"
+    code = example.read_text().replace('name = "fedavgm"', 'name = "moved-fedavgm"')
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "mine.py").write_text(code)
+    raw = synthetic_raw(train={"rounds": 2}, run={"checkpoint_every": 1})
+    raw["method"] = {"name": "moved-fedavgm", "module": str(tmp_path / "a" / "mine.py")}
+    run_experiment(build_config(raw), tmp_path / "run", progress=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "mine.py").rename(tmp_path / "b" / "mine.py")
+    raw["method"]["module"] = str(tmp_path / "b" / "mine.py")
+    raw["train"]["rounds"] = 3
+    summary = run_experiment(build_config(raw), tmp_path / "run", resume=True, progress=False)
+    assert summary["last_round"] == 3
+    (tmp_path / "b" / "mine.py").write_text(code + "\n# edited\n")
+    raw["train"]["rounds"] = 4
+    with pytest.raises(PfedkitError, match="the method's code changed"):
+        run_experiment(build_config(raw), tmp_path / "run", resume=True, progress=False)

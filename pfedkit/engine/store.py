@@ -16,7 +16,7 @@ import torch
 from pfedkit.config import CONFIG_HEADER, Config, dump_toml
 from pfedkit.errors import DataError, PfedkitError
 from pfedkit.io import STALE, atomic_write, atomic_write_json, output_folder, read_json
-from pfedkit.registry import build_config, continues, read_saved_config, run_differences
+from pfedkit.registry import continues, read_saved_config, recorded_config, run_differences
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -170,7 +170,7 @@ def prepare_run_folder(
     if resume:
         if not saved.exists():
             return
-        old = read_saved_config(saved)
+        old = read_saved_config(saved, module_now=config.method.module)
         changes = code_change(out, old, config, run_differences(old, config), accept_code_change)
         if can_continue and continues(old, config, changes):
             check_continuable(out, old, config)
@@ -265,7 +265,7 @@ def check_belongs(out: Path, ckpt: dict[str, Any], config: Config, accept_code_c
             "back, or start a new --out"
         )
     try:
-        theirs = build_config(saved)
+        theirs = recorded_config(saved, module_now=config.method.module)
     except Exception:
         theirs = None
     differences = (
