@@ -113,3 +113,25 @@ def test_a_moved_method_file_resumes_with_the_guides_fix_naming_its_new_place(tm
     raw["train"]["rounds"] = 4
     with pytest.raises(PfedkitError, match="the method's code changed"):
         run_experiment(build_config(raw), tmp_path / "run", resume=True, progress=False)
+
+
+def test_the_numbers_do_not_depend_on_the_worker_count_or_the_drivers_threads(tmp_path):
+    """Killed with run.workers=2 and resumed with 1 (or another thread count): the same numbers, because clients
+    train on one thread in the driver as in a worker process (on 2 threads a convolution's sums round otherwise)."""
+    import torch
+
+    from pfedkit.io import read_csv
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for workers in (1, 2):
+            raw = synthetic_raw(train={"rounds": 2}, run={"workers": workers})
+            raw["data"] = {"dataset": "digits"}
+            raw["model"] = {"name": "smallcnn"}
+            raw["partition"] = {"clients": 4, "min_samples": 20}
+            pfedkit.run(raw, out=tmp_path / f"workers{workers}", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    one, two = read_csv(tmp_path / "workers1" / "metrics.csv"), read_csv(tmp_path / "workers2" / "metrics.csv")
+    assert [r["loss"] for r in one] == [r["loss"] for r in two]

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional
 
@@ -90,6 +91,19 @@ def method_files(method: Method) -> list[str]:
     module = sys.modules.get(type(method).__module__)
     file = getattr(module, "__file__", None)
     return [file] if getattr(module, "__pfedkit_digest__", None) and file else []
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one CPU thread inside, as every worker process runs: a sum split over threads rounds otherwise."""
+    before = torch.get_num_threads()
+    if before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if before != 1:
+            torch.set_num_threads(before)
 
 
 def _worker_init(parent_pid: int, shared: Optional[str] = None, device: str = "cpu", files: list[str] = ()) -> None:
@@ -204,7 +218,9 @@ class Executor:
         waiting = deque(submission_order(tasks, in_order))
         if self.pool is None:
             while waiting:
-                yield run_task(self.method, self.fed, prepared(waiting.popleft(), packed=False))
+                with one_thread():  # as in a worker process: the numbers must not depend on run.workers or threads
+                    done = run_task(self.method, self.fed, prepared(waiting.popleft(), packed=False))
+                yield done
             return
         kinds = {t.kind for t in tasks}
         assert len(kinds) <= 1, "one kind of task per call"
