@@ -151,8 +151,6 @@ class Tuner:
             sampler=optuna.samplers.TPESampler(seed=self.config.run.seed),
             pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=max(1, rounds // 4)),
         )
-        # a resumed sampler seeded as at the start would draw the values of the first trials again
-        study.sampler = optuna.samplers.TPESampler(seed=self.config.run.seed + len(study.trials))
         if not study.trials:  # the method's own defaults are trial 0: a tuned value has to beat them on validation
             study.enqueue_trial(
                 defaults_of(self.config.method.name, list(self.space), self.config.method.module),
@@ -163,6 +161,13 @@ class Tuner:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={**trial.user_attrs, "retry_of": trial.number})
         return study
+
+    def sampler_for(self, study):
+        """The sampler of the next trial, seeded by how many trials were drawn before it, not counting those an
+        interruption cut off (each is retried with its own values): a killed and rerun tune draws what an
+        uninterrupted one draws, and a resumed sampler never repeats the first trials' values."""
+        retried = {t.user_attrs["retry_of"] for t in study.get_trials(deepcopy=False) if "retry_of" in t.user_attrs}
+        return self.optuna.samplers.TPESampler(seed=self.config.run.seed + len(study.trials) - len(retried))
 
     def finished(self, study) -> int:
         states = self.optuna.trial.TrialState
@@ -231,6 +236,7 @@ class Tuner:
                 dynamic_ncols=True,
             )
             while self.finished(study) < self.trials:
+                study.sampler = self.sampler_for(study)
                 study.optimize(self.objective, n_trials=1)
                 bar.update(1)
                 best = _best(study)

@@ -140,6 +140,20 @@ def test_a_tune_resumes_after_being_killed_and_writes_a_config_run_accepts(tmp_p
     retried = [r for r in rows if r["run_dir"] == cut[0]["run_dir"] and r["state"] != "fail"]
     assert len(retried) == 1 and retried[0]["mu"] == cut[0]["mu"]
     assert len({r["mu"] for r in done}) == len(done)  # the resumed sampler drew new values, not the first ones again
+    whole = out.parent / "uninterrupted"  # the same tune never killed draws the same values, trial by trial
+    at_once = subprocess.run(
+        [*command[: command.index("--out") + 1], str(whole), *command[command.index("--out") + 2 :]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert at_once.returncode == 0, at_once.stdout + at_once.stderr
+    with (whole / "trials.csv").open() as f:
+        uninterrupted = [r for r in csv.DictReader(f) if r["state"] in ("complete", "pruned")]
+    assert [r["mu"] for r in uninterrupted] == [r["mu"] for r in done]
+    body = [(f / "best.toml").read_text().split("\n", 1)[1] for f in (whole, out)]  # the header counts the cut trial
+    assert body[0] == body[1]
     best = load_config(out / "best.toml")
     assert best.method.name == "fedprox" and best.eval.validation == 0 and best.train.rounds == 12
     assert best.method_params()["mu"] in {float(r["mu"]) for r in done}
