@@ -135,3 +135,36 @@ def test_the_numbers_do_not_depend_on_the_worker_count_or_the_drivers_threads(tm
         torch.set_num_threads(threads)
     one, two = read_csv(tmp_path / "workers1" / "metrics.csv"), read_csv(tmp_path / "workers2" / "metrics.csv")
     assert [r["loss"] for r in one] == [r["loss"] for r in two]
+
+
+def test_clients_without_test_samples_are_said_and_a_round_that_measured_nothing_has_no_accuracy(
+    tmp_path, monkeypatch, capsys
+):
+    """Clients with no test samples count in neither accuracy: a note says which; and a round whose evaluated
+    clients hold no test sample (eval.clients small) records no accuracy, not acc 0.0 and loss 0.0."""
+    import dataclasses
+
+    import numpy as np
+
+    from pfedkit.data import federated
+    from pfedkit.io import read_csv
+
+    whole = federated.partitioned
+
+    def five_untested(config, source=None):
+        fed = whole(config, source)
+        empty = [np.zeros(0, dtype=np.int64)] * 5
+        return dataclasses.replace(fed, test_idx=empty + list(fed.test_idx[5:]))
+
+    monkeypatch.setattr(federated, "partitioned", five_untested)
+    run_experiment(synthetic(train={"rounds": 6}, eval={"clients": 1}), tmp_path, progress=False)
+    assert "5 of 6 clients have no test samples (clients 0, 1, 2, 3, 4)" in capsys.readouterr().err
+    rows = read_csv(tmp_path / "metrics.csv")
+    clients = read_csv(tmp_path / "clients.csv")
+    untested_rounds = {int(r["round"]) for r in clients if r["n_test"] == "0"}
+    assert untested_rounds, "the seeded draw of one client per round should pick an untested client sometime"
+    for row in rows:
+        if int(row["round"]) in untested_rounds:
+            assert row["acc"] == "" and row["loss"] == "", row
+        else:
+            assert row["acc"] != ""

@@ -152,6 +152,20 @@ def check_finite(source: DataSource, name: str, chunk: int = 4096) -> None:
 
 
 def build_federated(config: Config, source: DataSource | None = None) -> FederatedDataset:
+    fed = partitioned(config, source)
+    untested = [cid for cid, n in enumerate(fed.test_sizes()) if n == 0]
+    if untested:  # said, not silent: they count in neither accuracy
+        shown = ", ".join(map(str, untested[:10])) + (", ..." if len(untested) > 10 else "")
+        print(
+            f"note: {len(untested)} of {fed.num_clients} clients have no "
+            f"{'validation' if config.eval.validation else 'test'} samples (clients {shown}); they are left out of "
+            f"both accuracies, which average the other {fed.num_clients - len(untested)}",
+            file=sys.stderr,
+        )
+    return fed
+
+
+def partitioned(config: Config, source: DataSource | None = None) -> FederatedDataset:
     from pfedkit.data.proxy import split_server_data
 
     source = source or load_dataset(config.data.dataset, config.data.root, **config.data.options)

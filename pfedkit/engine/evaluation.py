@@ -33,10 +33,12 @@ def summarize_round(per_client: Mapping[int, tuple[int, float, int]]) -> dict[st
     total = sum(n for _, _, n in per_client.values())
     loss = sum(s for _, s, _ in per_client.values())
     client_accs = [c / n for c, _, n in per_client.values() if n > 0]
+    if total == 0:  # nothing measured (no evaluated client holds a test sample): no number, not an accuracy of 0
+        return {"acc": None, "acc_client_mean": None, "loss": None}
     return {
-        "acc": correct / max(total, 1),
-        "acc_client_mean": sum(client_accs) / max(len(client_accs), 1),
-        "loss": loss / max(total, 1),
+        "acc": correct / total,
+        "acc_client_mean": sum(client_accs) / len(client_accs),
+        "loss": loss / total,
     }
 
 
