@@ -176,9 +176,50 @@ def method_source(config: Config) -> str:
     if cls.__module__.split(".")[0] == "pfedkit":
         return f"pfedkit {pfedkit.__version__}"
     try:
-        return f"sha256:{file_digest(Path(inspect.getsourcefile(cls)))}"
+        return f"sha256:{code_digest(Path(inspect.getsourcefile(cls)))}"
     except (TypeError, OSError):  # defined where no file holds it (a notebook cell): nothing to compare
         return "unknown"
+
+
+def code_digest(path: Path) -> str:
+    """The method file's digest, and with it the helper files it imports from its own folder (and they from
+    theirs): an edited helper is other code too. A file that imports no helper keeps its file's own digest."""
+    helpers = sorted(local_imports(path) - {path.resolve()})
+    if not helpers:
+        return file_digest(path)
+    import hashlib
+
+    parts = [f"{p.relative_to(path.resolve().parent)} {file_digest(p)}" for p in [path.resolve(), *helpers]]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def local_imports(path: Path, seen: Optional[set[Path]] = None) -> set[Path]:
+    """`path` and the .py files beside it that it imports (`import helper`, `from helper import x`, `from . import
+    helper`), followed into those files; other modules (installed packages, the standard library) are not code of
+    the method's."""
+    import ast
+
+    path = path.resolve()
+    seen = set() if seen is None else seen
+    if path in seen or not path.is_file():
+        return seen
+    seen.add(path)
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:
+        return seen
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.module:
+                names.append(node.module.split(".")[0])
+            if node.level:  # from . import helper
+                names += [alias.name for alias in node.names]
+    for name in names:
+        local_imports(path.parent / f"{name}.py", seen)
+    return seen
 
 
 def read_config_file(path: "str | Path") -> dict[str, Any]:

@@ -168,3 +168,28 @@ def test_clients_without_test_samples_are_said_and_a_round_that_measured_nothing
             assert row["acc"] == "" and row["loss"] == "", row
         else:
             assert row["acc"] != ""
+
+
+def test_an_edited_helper_the_method_file_imports_from_its_folder_is_other_code(tmp_path):
+    """A helper module beside the method's file, imported by it, edited before --resume: refused as other code, as
+    an edit of the method's own file is; a method file without helpers keeps its own file's digest."""
+    from pathlib import Path
+
+    from pfedkit.registry import build_config, file_digest, method_source
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "methods" / "fedavgm.py"
+    code = example.read_text().replace('name = "fedavgm"', 'name = "helped-fedavgm"')
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "mine.py").write_text(code + "\nimport my_helpers  # noqa: E402\n")
+    (tmp_path / "m" / "my_helpers.py").write_text("SCALE = 1.0\n")
+    raw = synthetic_raw(train={"rounds": 2}, run={"checkpoint_every": 1})
+    raw["method"] = {"name": "helped-fedavgm", "module": str(tmp_path / "m" / "mine.py")}
+    run_experiment(build_config(raw), tmp_path / "run", progress=False)
+    (tmp_path / "m" / "my_helpers.py").write_text("SCALE = 2.0\n")
+    raw["train"]["rounds"] = 3
+    with pytest.raises(PfedkitError, match="the method's code changed"):
+        run_experiment(build_config(raw), tmp_path / "run", resume=True, progress=False)
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "mine.py").write_text(code.replace("helped-fedavgm", "lone-fedavgm"))
+    raw["method"] = {"name": "lone-fedavgm", "module": str(tmp_path / "alone" / "mine.py")}
+    assert method_source(build_config(raw)) == f"sha256:{file_digest(tmp_path / 'alone' / 'mine.py')}"
