@@ -11,7 +11,14 @@ From Python (a notebook), the same runs as the command line:
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
+
+# `python3 -m pfedkit` puts the current folder first on the path, so a method file there named like a standard module
+# (json.py) would replace that module for every import; it goes last, where a method's own folder goes
+if sys.argv[:1] == ["-m"] and sys.path and sys.path[0] in ("", os.getcwd()):
+    sys.path.append(sys.path.pop(0))
 
 __version__ = "0.1.0"
 

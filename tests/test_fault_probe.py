@@ -193,3 +193,30 @@ def test_an_edited_helper_the_method_file_imports_from_its_folder_is_other_code(
     (tmp_path / "alone" / "mine.py").write_text(code.replace("helped-fedavgm", "lone-fedavgm"))
     raw["method"] = {"name": "lone-fedavgm", "module": str(tmp_path / "alone" / "mine.py")}
     assert method_source(build_config(raw)) == f"sha256:{file_digest(tmp_path / 'alone' / 'mine.py')}"
+
+
+def test_a_method_file_named_like_a_standard_module_runs_with_python_m_from_its_folder(tmp_path):
+    """`python3 -m pfedkit` from the folder of a method file named json.py: the standard json is not replaced by it
+    (was a 42-line circular-import traceback); the file is still found as the method's module."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    code = (repo / "examples" / "methods" / "fedavgm.py").read_text().replace('"fedavgm"', '"json-fedavgm"')
+    (tmp_path / "json.py").write_text(code)
+    (tmp_path / "c.toml").write_text(
+        '[data]\ndataset = "digits"\n[partition]\nclients = 4\nmin_samples = 20\n'
+        '[method]\nname = "json-fedavgm"\nmodule = "json.py"\n[train]\nrounds = 1\n[run]\nworkers = 1\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pfedkit", "run", "c.toml", "--out", "r", "--quiet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "json-fedavgm: best acc" in done.stdout
