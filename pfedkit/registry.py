@@ -111,9 +111,26 @@ def module_name_for(path: Path) -> str:
 
 
 def import_method_module(spec: str) -> None:
-    """Import a user's method module: a dotted name on the Python path, or a .py file (imported under a name of its
-    own, module_name_for; again when the file has changed since; its folder joins the end of sys.path for its own
-    imports)."""
+    """Import a user's method module (see _import_method_module), refused when importing it changed torch's
+    default dtype: pfedkit's models, data and replies are float32, and a float64 default set at import would fail
+    later, deep inside a worker, with a long traceback."""
+    before, loaded = torch.get_default_dtype(), set(sys.modules)
+    _import_method_module(spec)
+    after = torch.get_default_dtype()
+    if after != before:
+        torch.set_default_dtype(before)
+        for name in set(sys.modules) - loaded:  # imported again, it is refused again
+            del sys.modules[name]
+        raise ConfigError(
+            f"method.module = {spec!r} sets torch's default dtype to {after} when it is imported; pfedkit's models, "
+            f"data and replies are {before}: remove the torch.set_default_dtype call (cast your own tensors where "
+            "you need another precision)"
+        )
+
+
+def _import_method_module(spec: str) -> None:
+    """A dotted name on the Python path, or a .py file (imported under a name of its own, module_name_for; again
+    when the file has changed since; its folder joins the end of sys.path for its own imports)."""
     if not spec.endswith(".py"):
         try:
             importlib.import_module(spec)

@@ -220,3 +220,21 @@ def test_a_method_file_named_like_a_standard_module_runs_with_python_m_from_its_
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "json-fedavgm: best acc" in done.stdout
+
+
+def test_a_method_module_that_sets_a_float64_default_dtype_is_refused_by_name(tmp_path):
+    from pathlib import Path
+
+    import torch
+
+    from pfedkit.registry import build_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "methods" / "fedavgm.py"
+    code = example.read_text().replace('"fedavgm"', '"double-fedavgm"')
+    (tmp_path / "double.py").write_text(code + "\nimport torch  # noqa: E402\ntorch.set_default_dtype(torch.float64)\n")
+    raw = synthetic_raw(train={"rounds": 1})
+    raw["method"] = {"name": "double-fedavgm", "module": str(tmp_path / "double.py")}
+    for _ in range(2):  # refused every time, not only at the first import
+        with pytest.raises(ConfigError, match=r"sets torch's default dtype to torch.float64 .* remove the torch.set_d"):
+            build_config(raw)
+    assert torch.get_default_dtype() == torch.float32  # put back for everything after
