@@ -611,3 +611,13 @@ def test_flower_local_without_a_work_folder_finishes_and_a_failure_names_its_cau
     log.write_text("INFO starting\npfedkit.errors.PfedkitError: /x holds files pfedkit did not write (notes)\nbye\n")
     assert "holds files pfedkit did not write" in last_error(log)
     assert last_error(tmp_path / "absent.log") == ""
+
+
+def test_flowers_own_processes_find_this_pythons_scripts_without_an_activated_environment(tmp_path, monkeypatch):
+    """flower-superlink starts flower-superexec by name: the loopback's environment puts this Python's scripts folder
+    first on PATH, so a virtual environment that is not activated still works."""
+    from pfedkit.flower.local import offline_env
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    path = offline_env(tmp_path)["PATH"].split(os.pathsep)
+    assert path[0] == str(Path(sys.executable).parent) and path[1:] == ["/usr/bin", "/bin"]

@@ -37,6 +37,9 @@ def offline_env(home: Path) -> dict[str, str]:
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_TMPDIR": str(home),
             "PYTHONUNBUFFERED": "1",
+            # Flower's processes start others by name (flower-superexec): this Python's scripts first, so a virtual
+            # environment need not be activated
+            "PATH": os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH", "")])),
         }
     )
     return env
