@@ -47,13 +47,22 @@ def parse_seeds_or_none(ctx: click.Context, param: click.Parameter, text: str) -
     return parse_seeds(ctx, param, text, none_allowed=True)
 
 
-def describe_os_error(err: OSError) -> str:
+CONTINUE = {  # how each command carries on after an interruption or a full disk
+    "run": "continue with --resume",
+    "compare": "continue with --resume",
+    "reproduce": "run the same command again to continue (finished cells are kept)",
+    "tune": "run the same command again to continue the study",
+}
+
+
+def describe_os_error(err: OSError, command: str = "") -> str:
     """What a failed read or write of the system means for the run, and what to do."""
     where = f" {err.filename}" if err.filename else ""
     if err.errno == errno.ENOSPC:
+        how = CONTINUE.get(command, "continue with --resume")
         return (
-            f"the disk is full (writing{where}); free some space and continue with --resume: checkpoints and "
-            "results are replaced whole, so the last ones written are intact"
+            f"the disk is full (writing{where}); free some space and {how}: checkpoints and results are replaced "
+            "whole, so the last ones written are intact"
         )
     if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return f"cannot write{where} ({err.strerror}); choose an --out (or data folder) you can write to"
@@ -74,18 +83,13 @@ class Group(click.Group):
         except PfedkitError as err:
             _fail(err)
         except KeyboardInterrupt:  # Ctrl-C: the runs keep what their checkpoints hold
-            how = {
-                "run": "continue with --resume",
-                "compare": "continue with --resume",
-                "reproduce": "run the same command again to continue (finished cells are kept)",
-                "tune": "run the same command again to continue the study",
-            }.get(ctx.invoked_subcommand or "", "")
+            how = CONTINUE.get(ctx.invoked_subcommand or "", "")
             click.echo(f"interrupted{': every run keeps its last checkpoint; ' + how if how else ''}", err=True)
             sys.exit(130)
         except OSError as err:  # a full disk, a read-only folder: a message, not a traceback (PFEDKIT_DEBUG=1 shows it)
             if os.environ.get("PFEDKIT_DEBUG"):
                 raise
-            _fail(PfedkitError(describe_os_error(err)))
+            _fail(PfedkitError(describe_os_error(err, ctx.invoked_subcommand or "")))
 
 
 @click.group(cls=Group)

@@ -34,7 +34,8 @@ def optuna_module():
         import optuna
     except ImportError:
         raise ConfigError('pfedkit tune needs Optuna: pip install -e ".[tune]" (or pip install optuna)') from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # a trial that raises (a full disk) is pfedkit's to report in one line; Optuna's warning adds a traceback
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     return optuna
 
 

@@ -207,3 +207,23 @@ def test_a_pruned_trial_is_never_the_best_and_has_no_score():
     complete, pruned = trial_rows(study, {"mu": {}})
     assert complete["validation_acc"] == 0.90 and complete["acc_when_stopped"] is None
     assert pruned["validation_acc"] is None and pruned["acc_when_stopped"] == 0.95 and pruned["rounds_run"] == 4
+
+
+def test_a_full_disk_during_a_tune_is_one_line_that_names_how_tune_continues(tmp_path, monkeypatch):
+    """No Optuna warnings and traceback, and no advice to use --resume, which tune does not have."""
+    import errno
+
+    from pfedkit import tune as tune_module
+    from pfedkit.config import dump_toml
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "tune" / "trials" / "x.pt"))
+
+    monkeypatch.setattr(tune_module, "run_experiment", full)
+    path = tmp_path / "c.toml"
+    path.write_text(dump_toml(build_config(SYNTHETIC).to_dict()))
+    result = CliRunner().invoke(main, ["tune", str(path), "--trials", "2", "--out", str(tmp_path / "tune"), "--quiet"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "disk is full" in lines[0], result.output
+    assert "run the same command again to continue the study" in lines[0] and "--resume" not in lines[0]
