@@ -88,11 +88,11 @@ TEMPORARY = ".pfedkit-partial"
 STALE = re.compile(r"^\.(.+)\.[A-Za-z0-9_]{8}" + re.escape(TEMPORARY) + "$")
 
 
-def remove_stale_temporaries(folder: Path) -> list[Path]:
-    """Temporary files a killed write left under `folder` (a run folder its run holds the lock of); removed."""
-    stale = [
-        p for p in Path(folder).rglob(".*") if p.is_file() and STALE.match(p.name) and not p.name.startswith(".pfedkit")
-    ]
+def remove_stale_temporaries(folder: Path, recursive: bool = True) -> list[Path]:
+    """Temporary files a killed write left under `folder` (a run folder its run holds the lock of; with `recursive`
+    off, a comparison's own files beside its run folders); removed."""
+    found = Path(folder).rglob(".*") if recursive else Path(folder).glob(".*")
+    stale = [p for p in found if p.is_file() and STALE.match(p.name) and not p.name.startswith(".pfedkit")]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale

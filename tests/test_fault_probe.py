@@ -238,3 +238,21 @@ def test_a_method_module_that_sets_a_float64_default_dtype_is_refused_by_name(tm
         with pytest.raises(ConfigError, match=r"sets torch's default dtype to torch.float64 .* remove the torch.set_d"):
             build_config(raw)
     assert torch.get_default_dtype() == torch.float32  # put back for everything after
+
+
+def test_compare_resume_clears_a_killed_table_writes_leftovers_and_its_plot_says_what_it_shows(tmp_path, monkeypatch):
+    """kill -9 during compare's table write, then --resume: no .pfedkit-partial file stays beside the table; the
+    plot's title says it is a mean of N seeds with a band of one standard deviation."""
+    from pfedkit.experiments import compare
+    from pfedkit.experiments.compare import compare_configs
+
+    base = synthetic_raw(train={"rounds": 1})
+    compare_configs(base, ["fedavg"], [0, 1], tmp_path, progress=False, title="mine")
+    leftover = tmp_path / ".table.md.Ab3dE5gH.pfedkit-partial"
+    leftover.write_text("half a table")
+    titles = []
+    shown = compare.save_curves
+    monkeypatch.setattr(compare, "save_curves", lambda runs, path, title="": titles.append(title) or shown(runs, path))
+    compare_configs(base, ["fedavg"], [0, 1], tmp_path, resume=True, progress=False, title="mine")
+    assert not leftover.exists() and (tmp_path / "table.md").exists()
+    assert titles == ["mine: mean of 2 seeds, band ± 1 std"]

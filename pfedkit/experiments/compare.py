@@ -11,7 +11,7 @@ from pfedkit.errors import ConfigError
 from pfedkit.experiments.pipeline import check_method_overrides, run_folder
 from pfedkit.experiments.reproduce import run_cells
 from pfedkit.experiments.suite import Column, Scale, Suite
-from pfedkit.io import atomic_write_csv, atomic_write_text, output_folder
+from pfedkit.io import atomic_write_csv, atomic_write_text, output_folder, remove_stale_temporaries
 from pfedkit.registry import read_config_file
 from pfedkit.reports.plots import save_curves
 from pfedkit.reports.tables import mean_curve, mean_std
@@ -93,6 +93,7 @@ def compare_configs(
         m: [run_folder(out, m, s) for s in seeds if "diverged" not in summaries[run_folder(out, m, s)]] for m in methods
     }
     table = format_table(results, base.get("eval", {}).get("protocol", EvalSection().protocol))
+    remove_stale_temporaries(out, recursive=False)  # a killed table write's leftovers (each run folder cleans its own)
     atomic_write_text(out / "table.md", table + "\n")
     atomic_write_csv(
         out / "results.csv",
@@ -112,7 +113,11 @@ def compare_configs(
             "protocol",
         ],
     )
-    plot = save_curves({m: mean_curve(curves[m]) for m in methods if curves[m]}, out / "curves.png", title=title)
+    shown = f"{title}: " if title else ""
+    seeds_said = f"mean of {len(seeds)} seeds, band ± 1 std" if len(seeds) > 1 else f"seed {seeds[0]}"
+    plot = save_curves(
+        {m: mean_curve(curves[m]) for m in methods if curves[m]}, out / "curves.png", title=shown + seeds_said
+    )
     return table, plot
 
 

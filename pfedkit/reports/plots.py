@@ -44,7 +44,11 @@ def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str
         points = [(int(r["round"]), 100 * float(r["acc"])) for r in rows if r.get("acc") not in (None, "")]
         if points:
             xs, ys = zip(*points)
-            ax.plot(xs, ys, label=label, linewidth=1.5, **line_style(index))
+            (line,) = ax.plot(xs, ys, label=label, linewidth=1.5, **line_style(index))
+            spread = [100 * float(r["std"]) for r in rows if r.get("acc") not in (None, "") and "std" in r]
+            if len(spread) == len(points):  # a mean over seeds: its spread, one standard deviation either side
+                low, high = [y - d for y, d in zip(ys, spread)], [y + d for y, d in zip(ys, spread)]
+                ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy, % (sample-weighted)")
     ax.set_title(title)

@@ -174,7 +174,10 @@ def mean_curve(runs: Sequence[Path], point: Optional[str] = None) -> list[dict[s
     for run in runs:
         for round, acc in headline_curve(run, point):
             by_round.setdefault(round, []).append(acc)
-    return [{"round": k, "acc": statistics.fmean(v)} for k, v in sorted(by_round.items())]
+    return [
+        {"round": k, "acc": statistics.fmean(v), **({"std": statistics.stdev(v)} if len(v) > 1 else {})}
+        for k, v in sorted(by_round.items())
+    ]
 
 
 def curve_gain(curve: Sequence[tuple[int, float]]) -> tuple[float, float]:
