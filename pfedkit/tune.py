@@ -270,7 +270,8 @@ class Tuner:
         plot_search(rows, self.space, self.out / "search.png", f"tune {self.config.method.name}")
         cfg = self.config
         tuned_on = (
-            f"{cfg.data.dataset} ({cfg.data.fraction:g} of it), {cfg.partition.clients} clients, "
+            f"{cfg.data.dataset}{'' if cfg.data.fraction == 1 else f' ({cfg.data.fraction:.0%} of it)'}, "
+            f"{cfg.partition.clients} clients, "
             f"{cfg.partition.scheme}, {cfg.train.rounds} rounds, seed {cfg.run.seed}: a {self.validation:g} "
             f"validation split, {len(rows)} trials"
         )
@@ -348,8 +349,9 @@ def plot_search(rows: list[dict[str, Any]], space: dict[str, Any], path: Path, t
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    complete = [r for r in rows if r["validation_acc"] is not None]
+    complete = [{**r, "validation_acc": 100 * r["validation_acc"]} for r in rows if r["validation_acc"] is not None]
     fig, axes = plt.subplots(1, 1 + len(space), figsize=(4.2 * (1 + len(space)), 3.4), squeeze=False)
     ax = axes[0][0]
     ax.scatter([r["trial"] for r in complete], [r["validation_acc"] for r in complete], s=18, color="tab:blue")
@@ -361,7 +363,8 @@ def plot_search(rows: list[dict[str, Any]], space: dict[str, Any], path: Path, t
         ax.step(*zip(*line), where="post", color="tab:orange", label="best so far")
         ax.legend(fontsize=8)
     ax.set_xlabel("trial")
-    ax.set_ylabel("validation accuracy (mean of last k)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are whole numbers
+    ax.set_ylabel("validation accuracy, % (mean of last k)")  # in % as every table
     for ax, (name, spec) in zip(axes[0][1:], space.items()):
         ax.scatter([r[name] for r in complete], [r["validation_acc"] for r in complete], s=18, color="tab:green")
         ax.set_xscale("log" if spec["log"] else "linear")

@@ -227,3 +227,29 @@ def test_a_full_disk_during_a_tune_is_one_line_that_names_how_tune_continues(tmp
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "disk is full" in lines[0], result.output
     assert "run the same command again to continue the study" in lines[0] and "--resume" not in lines[0]
+
+
+def test_the_tune_report_says_the_data_share_only_when_a_share_was_taken_and_plots_in_percent(tmp_path, monkeypatch):
+    from pfedkit import tune as tune_module
+
+    labels = []
+    searched = []
+    for fraction in (1.0, 0.5):
+        out = tmp_path / f"share{fraction}"
+        result = Tuner(build_config(config(data={"fraction": fraction})), out, trials=1, progress=False).run()
+        searched.append(result["tuned_on"])
+    assert searched[0].startswith("synthetic, 4 clients") and "of it" not in searched[0]
+    assert searched[1].startswith("synthetic (50% of it), 4 clients")
+    rows = [{"trial": 0, "validation_acc": 0.5, "mu": 0.01}, {"trial": 1, "validation_acc": 0.75, "mu": 0.1}]
+    space = {"mu": {"log": True}}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "close", lambda fig: labels.append(fig.axes[0]))
+    tune_module.plot_search(rows, space, tmp_path / "search.png", "t")
+    ax = labels[-1]
+    assert ax.get_ylabel().startswith("validation accuracy, %")
+    assert max(y for _, y in ax.collections[0].get_offsets()) == 75.0
+    assert all(float(t).is_integer() for t in ax.get_xticks())
