@@ -169,7 +169,7 @@ def describe_training(record: dict) -> str:
     paths = ", ".join(f"{n} {path}" for path, n in record.get("paths", {}).items())
     if not paths:
         return ""
-    line = f"clients trained: {paths}"
+    line = f"clients trained: {paths}" + (f", in {record['executor']}" if "executor" in record else "")
     if "step_mode" in record:
         steps = ", ".join(f"{record[k]} {k.removeprefix('steps_')}" for k in sorted(record) if k.startswith("steps_"))
         line += f"; cohort steps: {record['step_mode']} ({steps})"

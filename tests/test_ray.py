@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -46,6 +47,10 @@ def test_ray_and_local_backends_end_with_the_same_metrics(tmp_path, local_ray, m
         )
     assert metrics(tmp_path / "ray") == metrics(tmp_path / "local")
     assert (tmp_path / "ray" / "checkpoint.pt").exists()
+    executors = [
+        json.loads((tmp_path / b / "summary.json").read_text())["training"]["executor"] for b in ("local", "ray")
+    ]
+    assert executors == ["2 worker processes", "Ray: 2 actors on 1 node"]  # summary.json says where they trained
 
 
 class KillsAnActor(Simulation):

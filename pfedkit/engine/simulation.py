@@ -554,6 +554,7 @@ class Simulation(RoundLoop):
             ) as executor,
         ):
             self.executor = executor
+            self.executor_described = executor.describe()
             try:
                 yield
             finally:
@@ -646,6 +647,8 @@ class Simulation(RoundLoop):
         """How the clients of this run trained: by path, and the cohort's step mode and what it ran."""
         counts = self.training_counts()
         record: dict[str, Any] = {"paths": counts["paths"]}
+        if getattr(self, "executor_described", None) and set(counts["paths"]) - {"cohort"}:
+            record["executor"] = self.executor_described  # where the clients not in a cohort trained
         if self.cohort is not None and counts["paths"].get("cohort"):
             runner = self.cohort.runner
             if self.together is not None and self.together.group.lead is not None:

@@ -190,7 +190,7 @@ class Executor:
         self.method, self.fed = method, fed
         on_gpu = torch.device(worker_device).type != "cpu"
         self.workers = workers_per_gpu(workers, gpus_per_worker) if on_gpu else default_workers(workers)
-        self.pool, self.shared_file = None, None
+        self.pool, self.shared_file, self.worker_device = None, None, worker_device
         start_method = start_method or ("spawn" if on_gpu else "fork")
         if self.workers > 1 or on_gpu:
             if start_method == "fork":
@@ -211,6 +211,12 @@ class Executor:
             self.pool = ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context(start_method), initializer=_worker_init, initargs=initargs
             )
+
+    def describe(self) -> str:
+        """Where client work runs, for summary.json and the run's last line."""
+        if self.pool is None:
+            return "this process (run.workers 1)"
+        return f"{self.workers} worker processes" + (f" on {self.worker_device}" if self.worker_device != "cpu" else "")
 
     def run(self, tasks: list[Task], in_order: bool = False) -> Iterator[tuple[int, Any]]:
         """With `in_order`, tasks go out in client order (for a reply fold), else largest first. A few tasks per

@@ -166,6 +166,11 @@ class RayExecutor:
             self.close()
             raise
 
+    def describe(self) -> str:
+        """Where client work runs, for summary.json and the run's last line."""
+        nodes = len({where["node"] for where in self.placement})
+        return f"Ray: {self.workers} actors on {nodes} node{'s' if nodes > 1 else ''}"
+
     def check_actors(self) -> list[dict[str, str]]:
         """Where each actor runs; a node without pfedkit, or with another pfedkit or torch than the driver's, is an
         error."""
