@@ -679,10 +679,12 @@ def tune(
     "--module",
     "modules",
     multiple=True,
-    help="also import this method module (a .py file or a module name; repeatable) and list its methods first",
+    help="import this method module (a .py file or a module name; repeatable) and list its methods alone",
 )
-def methods(modules: tuple[str, ...]) -> None:
-    """List every method with its hyper-parameters and defaults, and the path each trains and evaluates on."""
+@click.argument("names", nargs=-1)
+def methods(names: tuple[str, ...], modules: tuple[str, ...]) -> None:
+    """List methods with their hyper-parameters and defaults, and the path each trains and evaluates on: NAMES, or
+    the methods of --module, or every method (yours first)."""
     from types import SimpleNamespace
 
     from pfedkit.methods import METHODS
@@ -692,10 +694,18 @@ def methods(modules: tuple[str, ...]) -> None:
     built_in = set(METHODS)
     for module in modules:
         import_method_module(module)
+    from_modules = sorted(set(METHODS) - built_in)
+    if modules and not from_modules and not names:
+        raise PfedkitError(
+            f"{', '.join(modules)} registers no method (or only ones already known); see `pfedkit methods`"
+        )
     for problem in import_installed_methods():  # the installed packages' methods are listed too, as runs find them
         click.echo(f"warning: {problem}", err=True)
     yours = sorted(set(METHODS) - built_in)
-    for name in yours + sorted(built_in):
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise PfedkitError(f"no method {', '.join(map(repr, unknown))}; `pfedkit methods` lists them all")
+    for name in names or from_modules or yours + sorted(built_in):
         cls = METHODS[name]
         ability = cls.capabilities()
         origin = f" (from {cls.__module__})" if name in yours else ""

@@ -25,6 +25,19 @@ def test_methods_lists_every_method_with_defaults():
     assert "head_epochs = 10" in result.output and "mu = 0.01" in result.output
 
 
+def test_methods_lists_only_what_was_asked_a_modules_methods_or_the_names_given(tmp_path):
+    module = tmp_path / "mine.py"
+    example = Path(__file__).resolve().parents[1] / "examples" / "methods" / "fedavgm.py"
+    module.write_text(example.read_text().replace('"fedavgm"', '"listed-fedavgm"'))
+    result = invoke("methods", "--module", module)
+    listed = [line.split(" ")[0].rstrip(":") for line in result.output.splitlines() if not line.startswith(" ")]
+    assert result.exit_code == 0 and listed == ["listed-fedavgm"]
+    named = invoke("methods", "fedper", "ditto")
+    assert [line.split(":")[0] for line in named.output.splitlines() if not line.startswith(" ")] == ["fedper", "ditto"]
+    unknown = CliRunner().invoke(main, ["methods", "fedpre"])
+    assert unknown.exit_code == 2 and "no method 'fedpre'" in unknown.output
+
+
 def test_broken_config_fails_before_training(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('[method]\nname = "fedrep"\nhead_epoch = 2\n')
