@@ -238,6 +238,8 @@ def run_cells(cells: list[Cell], args: argparse.Namespace, out: Path) -> None:
     todo = [c for c in cells if not c.path(out).exists()]
     print(f"{len(cells) - len(todo)} of {len(cells)} cells done; {len(todo)} to run", flush=True)
     for i, cell in enumerate(todo, 1):
+        if cell.path(out).exists():  # another lane (--seeds) ran it meanwhile
+            continue
         setting = SETTINGS[cell.setting]
         print(f"[{i}/{len(todo)}] {cell.setting} {cell.method} {cell.name} ...", end=" ", flush=True)
         try:
