@@ -321,3 +321,60 @@ def test_the_testing_helpers_build_a_method_and_run_its_update():
     data = tiny_data(n=8)
     reply, _ = local_update(method, method.payload(method.init_server(), 0, 0), method.init_client(0, data), data, 0)
     assert reply["num_samples"] == 8
+
+
+# ---- the guide's worked example of a phase with its own loss (examples/methods/bodyprox.py) ----
+BODYPROX = Path(__file__).resolve().parents[1] / "examples" / "methods" / "bodyprox.py"
+
+
+def test_the_guides_phase_with_its_own_loss_steps_as_computed_by_hand():
+    """bodyprox's update on the tiny model equals SGD written out: cross-entropy plus weight/2 times the squared
+    distance of the body to the received body, batch by batch in the seeded order; `moved` is the distance the
+    parameters went."""
+    import torch.nn.functional as F
+
+    from pfedkit.methods.plan import parameters_and_buffers
+
+    import_method_module(str(BODYPROX))
+    method = make("bodyprox", params={"weight": 0.5}, lr=0.1, batch_size=4)
+    data = tiny_data(n=12)
+    payload = method.payload(method.init_server(), 0, 0)
+    reply, state = local_update(method, payload, method.init_client(0, data), data, 0)
+    params, _ = parameters_and_buffers(method.model, payload)
+    start = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    w = {k: v.detach().clone() for k, v in start.items()}
+    method.forget_draws()  # the same order again, on purpose
+    for idx in method.batches(data, 0, "train"):
+        w = {k: v.requires_grad_(True) for k, v in w.items()}
+        z = torch.relu(data.train_x[idx] @ w["body.0.weight"].T + w["body.0.bias"])
+        logits = z @ w["head.weight"].T + w["head.bias"]
+        pull = sum((w[k] - params[k]).pow(2).sum() for k in w if k.startswith("body."))
+        loss = F.cross_entropy(logits, data.train_y[idx]) + 0.5 / 2 * pull
+        grads = torch.autograd.grad(loss, list(w.values()))
+        w = {k: (v - 0.1 * g).detach() for (k, v), g in zip(w.items(), grads)}
+    for key, value in w.items():
+        assert torch.allclose(reply[key], value, atol=1e-6), key
+    moved = torch.sqrt(sum((w[k] - params[k]).pow(2).sum() for k in w))
+    assert float(state["moved"]) == pytest.approx(float(moved), abs=1e-6)
+
+
+def test_check_cohort_passes_the_guides_example_and_names_what_differs():
+    from pfedkit.engine import cohort as cohort_module
+    from pfedkit.testing import check_cohort, tiny_federation
+
+    import_method_module(str(BODYPROX))
+    method = make("bodyprox", params={"weight": 0.5})
+    check_cohort(method, tiny_federation(clients=3))  # a cohort, replayed steps, equals one client at a time
+
+    real = cohort_module.Cohort.train
+
+    def off_by_a_bit(self, tasks):
+        for cid, (reply, state, after) in real(self, tasks):
+            yield cid, ({**reply, "head.bias": reply["head.bias"] + 1e-3}, state, after)
+
+    cohort_module.Cohort.train = off_by_a_bit
+    try:
+        with pytest.raises(AssertionError, match=r"client 0 reply\['head.bias'\]"):
+            check_cohort(method, tiny_federation(clients=3))
+    finally:
+        cohort_module.Cohort.train = real

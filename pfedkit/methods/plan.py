@@ -59,6 +59,18 @@ def proximal(weight: float) -> PhaseLoss:
     return loss
 
 
+def parameters_and_buffers(model: torch.nn.Module, weights: Mapping[str, Any]) -> tuple[State, State]:
+    """`weights` (a state dict: a payload, a plan's starting weights, `plan_result`'s `trained[...]`) split into the
+    model's parameters, keyed as a phase's loss sees them in `params` (`model.named_parameters()`: "body.0.weight",
+    "head.bias"), and its buffers (BatchNorm statistics and counts); entries the model does not have are left out."""
+    names = {name for name, _ in model.named_parameters()}
+    buffers = {name for name, _ in model.named_buffers()}
+    return (
+        {k: v for k, v in weights.items() if k in names},
+        {k: v for k, v in weights.items() if k in buffers},
+    )
+
+
 @dataclass(frozen=True)
 class Phase:
     """Some epochs of mini-batch SGD on one of the plan's models; what is not in `parts` stays frozen."""
