@@ -85,7 +85,11 @@ class Group(click.Group):
         except KeyboardInterrupt:  # Ctrl-C: the runs keep what their checkpoints hold
             how = CONTINUE.get(ctx.invoked_subcommand or "", "")
             click.echo(f"interrupted{': every run keeps its last checkpoint; ' + how if how else ''}", err=True)
-            sys.exit(130)
+            # out at once: the runs have closed what they hold, and a thread an interrupt left waiting (a worker
+            # pool's result reader, after a worker stopped mid-reply) would otherwise hold the exit forever
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         except OSError as err:  # a full disk, a read-only folder: a message, not a traceback (PFEDKIT_DEBUG=1 shows it)
             if os.environ.get("PFEDKIT_DEBUG"):
                 raise
