@@ -37,3 +37,14 @@ def seeded_torch(seed: int, round: int, cid: int, purpose: str) -> Iterator[None
 
 def numpy_generator(seed: int, round: int, cid: int, purpose: str) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, round, cid, purpose))
+
+
+def data_generator(seed: int, *stream: int) -> np.random.Generator:
+    """The data's draws (a data fraction, a partition, a split), one stream per tuple of integers after the seed:
+    older than derive_seed and kept as it is, so that every partition drawn before stays the same."""
+    return np.random.default_rng([int(seed), *stream])
+
+
+def synthetic_generator(seed: int) -> torch.Generator:
+    """The synthetic data set's draws, from its own `seed` option (not the run's)."""
+    return torch.Generator(device="cpu").manual_seed(int(seed))

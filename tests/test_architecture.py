@@ -64,3 +64,27 @@ def test_no_module_of_pfedkit_imports_itself_back():
         if module not in index:
             visit(module)
     assert not circles, f"import circles: {circles}"
+
+
+def test_every_random_draw_of_the_package_is_seeded_in_seeding_py():
+    """Seeds are derived in one place (pfedkit/seeding.py): a generator made elsewhere is a seed derived elsewhere.
+    pfedkit/testing.py (helpers for users' tests) is the one exception."""
+    import re
+
+    made = re.compile(r"default_rng\(|torch\.Generator\(|manual_seed\(|np\.random\.seed\(|random\.seed\(")
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "pfedkit").rglob("*.py"))
+        if path.name not in ("seeding.py", "testing.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if made.search(line)
+    ]
+    assert not found, f"seeded outside pfedkit/seeding.py: {found}"
+
+
+def test_data_set_names_come_from_one_table():
+    from pfedkit.data import fetch, sources
+
+    assert sources.DATASET_NAMES == tuple(sources.LOADERS)
+    for table in (fetch.CHECKSUMS, fetch.CONTENT_CHECKSUMS, fetch.BASE_URLS, fetch.ARCHIVES):
+        assert set(table) <= set(sources.DATASET_NAMES)

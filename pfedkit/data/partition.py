@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from pfedkit.errors import DataError
+from pfedkit.seeding import data_generator
 
 SCHEMES = ("iid", "dirichlet", "pathological", "dominant-classes")
 
@@ -369,4 +370,4 @@ def _check_labels(labels, num_classes: int | None, name: str) -> tuple[np.ndarra
 def _rng(seed: int, *stream: int) -> np.random.Generator:
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise DataError(f"seed must be a non-negative integer, got {seed!r}")
-    return np.random.default_rng([int(seed), *stream])
+    return data_generator(seed, *stream)

@@ -17,18 +17,7 @@ import torch
 
 from pfedkit.data import archives, fetch
 from pfedkit.errors import DataError
-
-DATASET_NAMES: tuple[str, ...] = (
-    "mnist",
-    "fashion-mnist",
-    "cifar10",
-    "cifar100",
-    "flowers102",
-    "caltech101",
-    "tiny-imagenet",
-    "digits",
-    "synthetic",
-)
+from pfedkit.seeding import synthetic_generator
 
 # Other places a dataset may already be installed, searched after <root>/<name>.
 EXTRA_DIRS: dict[str, tuple[Path, ...]] = {
@@ -418,7 +407,7 @@ def load_synthetic(
             f"synthetic: bad options num_classes={num_classes}, samples={samples}, "
             f"test_samples={test_samples}, shape={shape}; need shape (C, H, W) and at least 2 classes"
         )
-    g = torch.Generator().manual_seed(int(seed))
+    g = synthetic_generator(seed)
     means = torch.randn(num_classes, *shape, generator=g) * 0.5
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -441,6 +430,7 @@ LOADERS: dict[str, Callable[..., DataSource]] = {
     "digits": load_digits,
     "synthetic": load_synthetic,
 }
+DATASET_NAMES: tuple[str, ...] = tuple(LOADERS)  # the one list of data set names
 
 
 def _check_name(name: str) -> None:
