@@ -1,3 +1,3 @@
-from pfedkit.cli import main
+from pfedkit.cli import program
 
-main()
+program()

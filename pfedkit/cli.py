@@ -85,11 +85,7 @@ class Group(click.Group):
         except KeyboardInterrupt:  # Ctrl-C: the runs keep what their checkpoints hold
             how = CONTINUE.get(ctx.invoked_subcommand or "", "")
             click.echo(f"interrupted{': every run keeps its last checkpoint; ' + how if how else ''}", err=True)
-            # out at once: the runs have closed what they hold, and a thread an interrupt left waiting (a worker
-            # pool's result reader, after a worker stopped mid-reply) would otherwise hold the exit forever
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
+            sys.exit(130)
         except OSError as err:  # a full disk, a read-only folder: a message, not a traceback (PFEDKIT_DEBUG=1 shows it)
             if os.environ.get("PFEDKIT_DEBUG"):
                 raise
@@ -762,3 +758,18 @@ main.add_command(flower)
 
 if __name__ == "__main__":
     main()
+
+
+def program() -> None:
+    """The `pfedkit` program (its console script and `python3 -m pfedkit`): `main`, and after a Ctrl-C, out at once.
+    The runs have closed what they hold by then; a thread the interrupt left waiting (a worker pool's result reader,
+    after a worker stopped mid-reply) would otherwise hold the interpreter's exit forever. In-process callers
+    (`main` itself, click's test runner) keep the ordinary SystemExit."""
+    try:
+        main()
+    except SystemExit as done:
+        if done.code == 130:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        raise
