@@ -252,7 +252,11 @@ def test_compare_resume_clears_a_killed_table_writes_leftovers_and_its_plot_says
     leftover.write_text("half a table")
     titles = []
     shown = compare.save_curves
-    monkeypatch.setattr(compare, "save_curves", lambda runs, path, title="": titles.append(title) or shown(runs, path))
+    monkeypatch.setattr(
+        compare,
+        "save_curves",
+        lambda runs, path, title="", band=False: titles.append((title, band)) or shown(runs, path),
+    )
     compare_configs(base, ["fedavg"], [0, 1], tmp_path, resume=True, progress=False, title="mine")
     assert not leftover.exists() and (tmp_path / "table.md").exists()
-    assert titles == ["mine: mean of 2 seeds, band ± 1 std"]
+    assert titles == [("mine: mean of 2 seeds, band ± 1 std", True)]

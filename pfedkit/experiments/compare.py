@@ -116,7 +116,10 @@ def compare_configs(
     shown = f"{title}: " if title else ""
     seeds_said = f"mean of {len(seeds)} seeds, band ± 1 std" if len(seeds) > 1 else f"seed {seeds[0]}"
     plot = save_curves(
-        {m: mean_curve(curves[m]) for m in methods if curves[m]}, out / "curves.png", title=shown + seeds_said
+        {m: mean_curve(curves[m]) for m in methods if curves[m]},
+        out / "curves.png",
+        title=shown + seeds_said,
+        band=True,
     )
     return table, plot
 

@@ -37,8 +37,9 @@ def point_curves(label: str, rows: list[dict[str, Any]], point: str) -> dict[str
     return {label: after if point == "after-local" else rows}
 
 
-def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str = "") -> Path:
-    """One line per run: sample-weighted test accuracy (%, as the tables) over rounds (rows as in metrics.csv)."""
+def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str = "", band: bool = False) -> Path:
+    """One line per run: sample-weighted test accuracy (%, as the tables) over rounds (rows as in metrics.csv); with
+    `band`, a mean curve's spread over seeds (its rows' "std") shaded one standard deviation either side."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for index, (label, rows) in enumerate(runs.items()):
         points = [(int(r["round"]), 100 * float(r["acc"])) for r in rows if r.get("acc") not in (None, "")]
@@ -46,7 +47,7 @@ def save_curves(runs: Mapping[str, list[dict[str, Any]]], path: Path, title: str
             xs, ys = zip(*points)
             (line,) = ax.plot(xs, ys, label=label, linewidth=1.5, **line_style(index))
             spread = [100 * float(r["std"]) for r in rows if r.get("acc") not in (None, "") and "std" in r]
-            if len(spread) == len(points):  # a mean over seeds: its spread, one standard deviation either side
+            if band and len(spread) == len(points):  # a mean over seeds: its spread, one standard deviation a side
                 low, high = [y - d for y, d in zip(ys, spread)], [y + d for y, d in zip(ys, spread)]
                 ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("round")
