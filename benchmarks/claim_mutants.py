@@ -230,9 +230,9 @@ MUTANTS = {
         "        if False:\n",
     ),
     "M40": (
-        "rule 3: a gap exactly on the bar of two standard errors decides",
-        "    if abs(mean) <= 2 * error:",
-        "    if abs(mean) < 2 * error:",
+        "rule 3: a gap exactly on the bar decides",
+        "    if abs(mean) <= quantile * error:",
+        "    if abs(mean) < quantile * error:",
     ),
     "M41": (
         "rule 1: a finished row with no result at the point left out of an above claim as if not run",
@@ -575,6 +575,26 @@ MUTANTS = {
         "shown pairs (above): the closest pair read from the rows' means, not the pair's gap on its shared seeds",
         "abs(basis.gap if basis else mean[first] - mean.get(other, mean[first]))",
         "abs(mean[first] - mean.get(other, mean[first]))",
+    ),
+    "M103": (
+        "rule 3: the bar at 2 standard errors whatever the seeds (the normal approximation, not a t-test; issue 96)",
+        '        return t_quantile(seeds - 1), f"t, {seeds - 1} df"\n',
+        '        return 2.0, "normal"\n',
+    ),
+    "M104": (
+        "rule 3: a floor from two runs decides one seed alone (issue 96)",
+        '    if df < 2:\n        return None, "floor from 2 runs"\n',
+        '    if False:\n        return None, "floor from 2 runs"\n',
+    ),
+    "M105": (
+        "rule 3: one seed judged at the normal 1.96, not at t with the floor's degrees of freedom (issue 96)",
+        '    return t_quantile(df), f"t, the floor\'s {df} df"\n',
+        '    return 1.96, "normal"\n',
+    ),
+    "M106": (
+        "rule 3: a pooled floor's degrees of freedom count every run, not each seed's repeats less one (issue 96)",
+        "            df = sum(len(by_seed[seed]) - 1 for seed in spreads)",
+        "            df = sum(len(by_seed[seed]) for seed in spreads)",
     ),
 }
 

@@ -21,6 +21,7 @@ from pfedkit.experiments.claims import (
     UNSURE,
     Basis,
     Evidence,
+    Floor,
     decide,
     gap_error,
     judge,
@@ -67,13 +68,13 @@ def flat_run(folder: Path, value: float, n: int = 20, **kw):
     run(folder, [value] * n, **kw)
 
 
-NOISE_ROWS = ("n", "n-repeat1")  # the rows noise_runs writes, for the suite's noise entry
+NOISE_ROWS = ("n", "n-repeat1", "n-repeat2")  # the rows noise_runs writes, for the suite's noise entry
 
 
 def noise_runs(column: Path, **kw):
-    """A noise floor's two repeats, rows NOISE_ROWS at 54.0 and 54.5 on seed 0 (a floor of 0.35: one seed's bar
-    1.0 point); `kw`: as flat_run's."""
-    for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.54, 0.545))):
+    """A noise floor's three repeats, rows NOISE_ROWS at 54.0, 54.5 and 54.25 on seed 0 (a floor of 0.25 with 2
+    degrees of freedom: one seed's bar t(2) x 0.25 x sqrt 2 = 1.52 points); `kw`: as flat_run's."""
+    for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.54, 0.545, 0.5425))):
         flat_run(column / row / "seed0", value, repeat=repeat, **kw)
 
 
@@ -232,11 +233,12 @@ def test_above_every_other_judges_each_pair_on_the_seeds_both_of_its_rows_finish
             flat_run(tmp_path / folder / "col" / "b" / f"seed{seed}", 0.498)
         flat_run(tmp_path / folder / "col" / "c" / "seed0", 0.45)  # a baseline on one seed only
     claim = {"text": "a above b and c", "column": "col", "rows": ["a", "b", "c"]}
-    verdict = judge(claim, Evidence(tmp_path / "three", 5, floor=0.1))
-    assert verdict.verdict == HOLDS and "gap to b +0.20 on 3 seeds" in verdict.detail
-    # the gap to b (0.20) on seed 0 alone is within two standard errors of one seed (2 x 0.14): c's single seed must
-    # not cut a and b down to it
-    assert judge(claim, Evidence(tmp_path / "one", 5, floor=0.1)).verdict == UNSURE
+    floor = Floor(0.04, 2)  # from three repeats
+    verdict = judge(claim, Evidence(tmp_path / "three", 5, floor=floor))
+    assert verdict.verdict == HOLDS and "gap to b +0.20 on 3 seeds" in verdict.detail  # bar 4.30 x 0.033
+    # the gap to b (0.20) on seed 0 alone is within one seed's bar (t(2) 4.30 x 0.057): c's single seed must not cut
+    # a and b down to it
+    assert judge(claim, Evidence(tmp_path / "one", 5, floor=floor)).verdict == UNSURE
 
 
 def test_rule_4_for_every_pair_a_weaker_row_still_rising_keeps_the_verdict_open(tmp_path):
@@ -629,9 +631,9 @@ def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_
     spreads = {"src": 0.01, "src_long": 0.02, "src_gpu": 0.03, "src_long_gpu": 0.04}  # each folder its own floor
     for folder, spread in spreads.items():
         device = {"run": {"device": "cuda"}} if folder.endswith("_gpu") else {}
-        for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.5, 0.5 + spread))):
+        for repeat, (row, value) in enumerate(zip(NOISE_ROWS, (0.5, 0.5 + spread, 0.5 + spread / 2))):
             flat_run(tmp_path / folder / "col" / row / "seed0", value, config={**BASE, **device}, repeat=repeat)
-    expected = {name: spread * 100 / 2**0.5 for name, spread in spreads.items()}
+    expected = {name: spread * 100 / 2 for name, spread in spreads.items()}  # the spread of 0, s and s/2
     mine = tmp_path / "my_results"  # a name no scale's folder has: the scale and device come from the caller
     for scale, on_gpu, folder in (
         ("long", False, "src_long"),
@@ -794,16 +796,16 @@ def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_
     from pfedkit.experiments import reproduce
 
     # repeats that agree at the round start (0.2 points apart) and not after local training (6 points apart)
-    for repeat, (row, (start, after)) in enumerate(zip(NOISE_ROWS, ((0.500, 0.60), (0.502, 0.66)))):
+    for repeat, (row, (start, after)) in enumerate(zip(NOISE_ROWS, ((0.500, 0.60), (0.502, 0.66), (0.501, 0.63)))):
         run(tmp_path / "col" / row / "seed0", [start] * 20, after=[after] * 20, config=BASE, repeat=repeat)
     run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.63] * 20, config=BASE)  # 2 points ahead at the start
     run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.63] * 20, config=BASE)
     at_start = {**ABOVE, "point": "start"}
     suite = toy_suite((at_start,), NOISE_ROWS, paper_point="after-local")
     evidence, _ = reproduce.suite_evidence(suite, tmp_path, "small", False)
-    assert evidence.floor == pytest.approx(6 / 2**0.5)  # the paper's point: after local training
-    assert evidence.floors_at_points["start"][0][0] == pytest.approx(0.2 / 2**0.5)
-    # +2 points on one seed: beyond 2 standard errors of the start's floor (0.2), within those of the after-local one
+    assert evidence.floor == pytest.approx(3.0)  # the paper's point: after local training (60, 66, 63)
+    assert evidence.floors_at_points["start"][0][0] == pytest.approx(0.1)  # 50.0, 50.2, 50.1
+    # +2 points on one seed: beyond the t bar of the start's floor (4.30 x 0.14), within the after-local one's
     got = judge(at_start, evidence)
     assert got.verdict == HOLDS, got.detail
 
@@ -931,11 +933,11 @@ def test_rule_4_a_rows_curve_is_read_at_the_rounds_every_seed_evaluated(tmp_path
         ("b/seed0", lambda r: 0.60 + 0.002 * r, 1),
         ("b/seed1", lambda r: 0.40 + 0.002 * r, 5),
         ("a/seed0", lambda r: 0.68, 1),
-        ("a/seed1", lambda r: 0.48, 5),
+        ("a/seed1", lambda r: 0.484, 5),
     ):
         accs, config = curve(accuracy, every)
         run(tmp_path / "col" / folder, accs, config=config)
-    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.5, floor_at=60.0))
+    got = judge(ABOVE, Evidence(tmp_path, 5, floor=0.05, floor_at=60.0))  # past the bar (t(1) 12.71 x 0.05)
     # a mean over whichever seeds evaluated a round jumps between seed sets and reads b as falling
     assert got.verdict == UNSURE and "b is still rising" in got.detail, got.detail
 
@@ -945,7 +947,7 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
     fewer than 3 seeds is listed with its comparisons and a command for seeds 0-2; three seeds take it off the list."""
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
-    values = {"a": 0.58, "b": 0.50, "c": 0.548, "d": 0.540, "e": 0.542, "f": 0.540}
+    values = {"a": 0.58, "b": 0.50, "c": 0.5522, "d": 0.540, "e": 0.542, "f": 0.540}
     for row, value in values.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd", "ef")]
@@ -958,7 +960,7 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
     assert f"- `toy#1`: holds on 1 seed (a vs b): {command}" in owed
     in_repo = "\n".join(claims_table(root, [suite], repo_script=True)).partition("Lines owed seeds")[2]
     assert "(a vs b): `python benchmarks/reproduce.py toy --columns col --rows a,b --seeds 0,1,2`" in in_repo
-    assert "- `toy#2`: cannot tell on 1 seed, 80% of the way (c vs d)" in owed  # +0.8 of a 1.0 bar
+    assert "- `toy#2`: cannot tell on 1 seed, 80% of the way (c vs d)" in owed  # +1.22 of a 1.52 bar
     assert "toy#3" not in owed  # +0.2: far from deciding
     for seed in (1, 2):
         for row in "ab":
@@ -978,12 +980,12 @@ def test_a_line_held_open_only_by_rule_4_is_owed_seeds_until_it_rests_on_three(t
     from pfedkit.experiments.reproduce import claims_table
 
     for seed in range(3):
-        flat_run(root / "toy" / "col" / "g" / f"seed{seed}", 0.56 + 0.001 * seed)
+        flat_run(root / "toy" / "col" / "g" / f"seed{seed}", 0.60 + 0.001 * seed)
         run(root / "toy" / "col" / "h" / f"seed{seed}", [0.45 + 0.005 * r + 0.001 * seed for r in range(20)])
         table = "\n".join(claims_table(root, [suite]))
         line, owed = table.partition("Lines owed seeds")[0::2]
-        assert "beyond 2 standard errors" in line and "h is still rising" in line and "provisional, holds" in line
-        if seed < 2:  # +3.75 points against a bar of 1.0, closing at +2 points in the last fifth
+        assert "beyond " in line and "h is still rising" in line and "provisional, holds" in line
+        if seed < 2:  # +5.5 points against a bar of 1.52 (1 seed) or 3.18 (2), closing at +2 points in the last fifth
             assert f"- `toy#1`: cannot tell on {seed + 1} seed{'s' if seed else ''}, past the bar (g vs h)" in owed
         else:  # on 3 seeds it owes rounds, not seeds; the list says it is empty rather than vanishing
             assert "toy#1" not in owed and "- none: every line decided, or at least halfway to deciding" in owed
@@ -1295,16 +1297,17 @@ def test_rule_3_a_pretrained_backbone_moved_elsewhere_is_the_cells_setting(tmp_p
 def test_rule_3_a_floor_whose_repeat_diverged_is_not_stood_in_for_by_another_floor(tmp_path):
     from pfedkit.experiments import reproduce
 
-    for repeat, (row, value) in enumerate((("n", 0.550), ("n-repeat1", 0.555))):  # a floor of 0.35 near 55%
+    n_rows, m_rows = ["n", "n-repeat1", "n-repeat2"], ["m", "m-repeat1", "m-repeat2"]
+    for repeat, (row, value) in enumerate(zip(n_rows, (0.550, 0.552, 0.551))):  # a floor of 0.1 near 55%
         flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
-    for repeat, (row, value) in enumerate((("m", 0.600), ("m-repeat1", 0.610))):  # one of 0.71 near 60%
+    for repeat, (row, value) in enumerate(zip(m_rows, (0.600, 0.610, 0.605))):  # one of 0.5 near 60%
         flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
     flat_run(tmp_path / "col" / "a" / "seed0", 0.615)
-    flat_run(tmp_path / "col" / "b" / "seed0", 0.600)  # +1.5: beyond 2 standard errors of 55%'s floor, not of 60%'s
-    noise = {"noise": [{"column": "col", "rows": ["n", "n-repeat1"]}, {"column": "col", "rows": ["m", "m-repeat1"]}]}
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "m", "m-repeat1"), **noise)
+    flat_run(tmp_path / "col" / "b" / "seed0", 0.600)  # +1.5: beyond 55%'s bar (4.30 x 0.14), within 60%'s (x 0.71)
+    noise = {"noise": [{"column": "col", "rows": n_rows}, {"column": "col", "rows": m_rows}]}
+    suite = toy_suite((ABOVE,), (*n_rows, *m_rows), **noise)
     got = judge(ABOVE, reproduce.suite_evidence(suite, tmp_path, "small", False)[0])
-    assert got.verdict == UNSURE and "within 2 standard errors of 1.00" in got.detail  # the floor at 60% bounds them
+    assert got.verdict == UNSURE and "within 4.30 standard errors of 0.71" in got.detail  # 60%'s floor bounds them
     stopped = tmp_path / "col" / "m-repeat1" / "seed0"  # that repeat diverged instead
     shutil.rmtree(stopped)
     stopped.mkdir()
@@ -1471,7 +1474,7 @@ def test_a_line_not_run_names_the_runs_the_folder_of_its_command_lacks_not_anoth
 
 
 def noise_and_pair(root: Path, a: float = 0.58, b: float = 0.55) -> None:
-    """A toy suite's folder: two repeats of row n (a floor of 0.35) and rows a and b, seed 0."""
+    """A toy suite's folder: three repeats of row n (a floor of 0.25, 2 degrees of freedom) and rows a and b, seed 0."""
     noise_runs(root / "toy" / "col")
     flat_run(root / "toy" / "col" / "a" / "seed0", a)
     flat_run(root / "toy" / "col" / "b" / "seed0", b)
@@ -1574,14 +1577,15 @@ def test_a_suite_refuses_a_claim_on_a_row_its_column_does_not_run(tmp_path):
 def test_a_noise_run_that_cannot_be_read_costs_its_own_floor_only(tmp_path):
     from pfedkit.experiments import reproduce
 
-    for repeat, (row, value) in enumerate((("n", 0.54), ("n-repeat1", 0.545), ("m", 0.80), ("m-repeat1", 0.805))):
-        flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat % 2)
+    runs = (("n", 0.54), ("n-repeat1", 0.545), ("m", 0.80), ("m-repeat1", 0.805), ("m-repeat2", 0.8025))
+    for row, value in runs:
+        flat_run(tmp_path / "col" / row / "seed0", value, repeat=int(row[-1]) if "repeat" in row else 0)
     flat_run(tmp_path / "col" / "a" / "seed0", 0.84)
     flat_run(tmp_path / "col" / "b" / "seed0", 0.80)
     metrics = tmp_path / "col" / "n" / "seed0" / "metrics.csv"
     metrics.write_text(metrics.read_text().replace("0.54\n", "nan\n", 1))
-    noise = [{"column": "col", "rows": ["n", "n-repeat1"]}, {"column": "col", "rows": ["m", "m-repeat1"]}]
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "m", "m-repeat1"), noise=noise)
+    noise = [{"column": "col", "rows": ["n", "n-repeat1"]}, {"column": "col", "rows": ["m", "m-repeat1", "m-repeat2"]}]
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "m", "m-repeat1", "m-repeat2"), noise=noise)
     evidence, text = reproduce.suite_evidence(suite, tmp_path, "small", False)
     assert "not measured: " in text and "not a number" in text  # n's floor, named
     assert evidence.floor is not None and judge(ABOVE, evidence).verdict == HOLDS  # m's floor still bounds a and b
@@ -1591,14 +1595,14 @@ def test_rule_3_a_noise_repeat_that_diverged_leaves_no_floor_from_the_repeats_th
     from pfedkit.experiments.reproduce import claims_table
 
     root = tmp_path / "results"
-    noise_and_pair(root, a=0.56, b=0.54)  # +2 points: beyond 2 standard errors of the two survivors' 0.35
-    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "n-repeat2"))
+    noise_and_pair(root, a=0.56, b=0.54)  # +2 points: beyond the bar of the three survivors' 0.25 (1.52)
+    suite = toy_suite((ABOVE,), ("n", "n-repeat1", "n-repeat2", "n-repeat3"))
     assert "**holds**" in next(x for x in claims_table(root, [suite]) if x.endswith("`toy#1` |"))
-    lost = root / "toy" / "col" / "n-repeat2" / "seed0"  # the third draw diverged: the spread is at least its loss
+    lost = root / "toy" / "col" / "n-repeat3" / "seed0"  # the fourth draw diverged: the spread is at least its loss
     lost.mkdir(parents=True)
     (lost / "diverged.json").write_text("{}")
     floor, text, _ = measured_floor(suite.noise, [root / "toy"], 1, None)
-    assert floor is None and "a noise row's run diverged (n-repeat2 on seed0)" in text
+    assert floor is None and "a noise row's run diverged (n-repeat3 on seed0)" in text
     table = claims_table(root, [suite])
     assert "**cannot tell**" in next(x for x in table if x.endswith("`toy#1` |"))
 
@@ -1763,7 +1767,7 @@ def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
-    values = {"a": 0.550, "b": 0.549, "c": 0.5505, "d": 0.542}  # a vs d: +0.80, 80% of the way, not shown
+    values = {"a": 0.550, "b": 0.549, "c": 0.5505, "d": 0.5378}  # a vs d: +1.22, 80% of a 1.52 bar, not shown
     for row, value in values.items():
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": "a above b, c and d", "column": "col", "rows": ["a", "b", "c", "d"]}]
@@ -1792,3 +1796,35 @@ def test_a_folder_whose_runs_diverged_keeps_its_line_beside_a_folder_that_judged
     assert "**holds**" in next(x for x in table if x.endswith("`toy#1/gpu` |"))
     cpu = next(x for x in table if x.endswith("`toy#1` |"))
     assert "| not run |" in cpu and "a (diverged: seed0)" in cpu
+
+
+def test_rule_3_is_a_paired_t_test_and_a_floor_from_two_runs_cannot_decide_alone(tmp_path):
+    """Issue 96: the bar is Student's t at n - 1 degrees of freedom (95%, two-sided), not 2; on one seed, t at the
+    floor's own degrees of freedom; a floor from 2 runs (1 df) cannot decide one seed alone, and says so."""
+    from pfedkit.experiments.claims import t_quantile
+
+    assert t_quantile(2) == pytest.approx(4.303, abs=1e-3) and t_quantile(1) == pytest.approx(12.706, abs=1e-3)
+    # 3 seeds, +1.0 each against a floor of 0.4 (3 repeats): a standard error of 0.33; 2 of them would decide it
+    verdict, why = decide([1.0, 1.0, 1.0], Floor(0.4, 2))
+    assert verdict == UNSURE and "within 4.30 standard errors of 0.33 (t, 2 df)" in why
+    assert decide([1.5, 1.5, 1.5], Floor(0.4, 2))[0] == HOLDS
+    # one seed: the floor's degrees of freedom set the bar (t(2) x 0.35 = 1.52), not the normal 1.96
+    verdict, why = decide([1.5], Floor(0.25, 2))
+    assert verdict == UNSURE and "(t, the floor's 2 df)" in why
+    assert decide([1.6], Floor(0.25, 2))[0] == HOLDS
+    # a floor from two runs: no verdict from one seed, whatever the gap; seeds can decide, and the line says so
+    verdict, why = decide([50.0], Floor(0.25, 1))
+    assert verdict == UNSURE and "no verdict from one seed on a floor from 2 runs" in why
+    assert share_of_bar([50.0], Floor(0.25, 1)) is None
+    verdict, why = decide([9.0, 9.0], Floor(0.5, 1))
+    assert verdict == HOLDS and "(t, 1 df; floor from 2 runs)" in why
+    # the floor's degrees of freedom: each seed's repeats less one, summed over the seeds it pools
+    rows = list(NOISE_ROWS)
+    for repeat, (row, value) in enumerate(zip(rows, (0.54, 0.545))):
+        flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
+    floor, _, _ = measured_floor({"column": "col", "rows": rows}, [tmp_path], 5, None)
+    assert floor.df == 1
+    for repeat, (row, value) in enumerate(zip(rows, (0.54, 0.548))):
+        flat_run(tmp_path / "col" / row / "seed1", value, repeat=repeat, config={"run": {"seed": 1}})
+    floor, _, _ = measured_floor({"column": "col", "rows": rows}, [tmp_path], 5, None)
+    assert floor.df == 2

@@ -147,7 +147,7 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
     suite = SUITES["heart-table1"]
 
     def heart_claims(out):
-        return check_claims(suite.claims, Evidence(out, suite.last_k, floor=0.3))
+        return check_claims(suite.claims, Evidence(out, suite.last_k, floor=0.05))
 
     def finished(column, row, seed, acc):
         run = tmp_path / column / row / f"seed{seed}"
@@ -157,10 +157,10 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
         (run / "config.toml").write_text(f"[train]\nrounds = 4\n[run]\nseed = {seed}\n")  # like with like, its seed
 
     accs = {
-        "heart-pfl": (0.92, 0.90),
-        "perada": (0.91, 0.89),
-        "heart-pfl-no-hda": (0.93, 0.89),
-        "heart-pfl-no-akt": (0.91, 0.85),
+        "heart-pfl": (0.92, 0.92),  # gaps alike on both seeds: on 2 seeds only the floor bounds their error
+        "perada": (0.91, 0.91),
+        "heart-pfl-no-hda": (0.91, 0.93),
+        "heart-pfl-no-akt": (0.91, 0.87),
         "heart-pfl-no-both": (0.95, 0.95),
     }
     for row in suite.rows:
@@ -171,7 +171,7 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
     assert lines[1].startswith("- HEART-PFL above PerAda by the paper's margin") and ": cannot tell (" in lines[1]
     assert lines[2].startswith("- PerAda above the fine-tuned and split baselines: holds (")
     assert "no-hda): cannot tell (" in lines[3]  # +1 and -1 point: the mean gap is 0
-    assert "no-akt): cannot tell (" in lines[4]  # +1 and +5: a mean of 3 within 2 x 2.0 from their spread
+    assert "no-akt): cannot tell (" in lines[4]  # +1 and +5: a mean of 3 within t(1) 12.71 x 2.0 from their spread
     assert "no-both): does not hold (" in lines[6]
     assert lines[7].endswith("not run")
     finished("ood-mnist", "heart-pfl", 0, 0.91)
@@ -367,7 +367,7 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
         (run / "metrics.csv").write_text("round,acc\n" + "".join(f"{r},{acc + 0.001 * (r % 2)}\n" for r in range(6)))
         (run / "config.toml").write_text(f"[train]\nrounds = 5\n[run]\nseed = {seed}\n")  # like with like, its seed
 
-    for row, accs in {"ours": (0.60, 0.62), "near": (0.55, 0.50), "far": (0.40, 0.41)}.items():
+    for row, accs in {"ours": (0.60, 0.62), "near": (0.52, 0.54), "far": (0.40, 0.41)}.items():
         for seed, acc in enumerate(accs):
             finished(row, seed, acc)
     finished("one-seed", 0, 0.30)
@@ -388,9 +388,9 @@ def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
         lines[0].startswith("- ours by 8: holds (+20.50 over far: holds") and "+30.00 over one-seed: holds" in lines[0]
     )
     assert lines[0].endswith("; not run: never-ran)")
-    # over near: +5 and +12, a mean of 8.5 short of 10 but within the spread of the two seeds
-    assert lines[1].startswith("- ours by 8: cannot tell (+8.50 over near: cannot tell")
-    assert lines[2].startswith("- ours top: holds (ours 61.07, near 52.57, far 40.57; gap to near +8.50 on 2 seeds")
+    # over near: +8 on both seeds, 2 short of 10 but within the bar (t(1) 12.71 x the floor's 0.5)
+    assert lines[1].startswith("- ours by 8: cannot tell (+8.00 over near: cannot tell")
+    assert lines[2].startswith("- ours top: holds (ours 61.07, near 53.07, far 40.57; gap to near +8.00 on 2 seeds")
     assert lines[2].endswith("; not run: never-ran)")
     assert lines[3] == "- ours top: not run" and lines[4] == "- ours by 8: not run"
 

@@ -35,8 +35,10 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    of its setting), device and evaluation point (runs read at their own points: where the floor's runs were read):
    each compared row takes the floor measured nearest its accuracy, within FLOOR_REACH points, and a pair the root
    mean square of its two. Without such a floor, no verdict, however many seeds; nor on a non-finite result; repeats
-   that gave one result (a spread of 0) are no floor. A gap within two standard errors of its boundary, or exactly on
-   them: cannot tell. "Within" and a paper's number are judged on the signed gaps, not their distances.
+   that gave one result (a spread of 0) are no floor. The bar is a paired t-test's (95%, two-sided): t at n - 1
+   degrees of freedom for n seeds times the standard error; on one seed, t at the floor's degrees of freedom (a floor
+   from two runs cannot decide alone). A gap within the bar of its boundary, or exactly on it: cannot tell.
+   "Within" and a paper's number are judged on the signed gaps, not their distances.
 4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster per
    round than the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's
    curve still rises at all (but away from a number it already fails); for "within", while either curve rises faster
@@ -52,6 +54,7 @@ likewise a rival that diverged where the claimant finished leaves "does not hold
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -84,7 +87,7 @@ SETTING_SECTIONS = ("train", "data", "partition", "model", "eval", "proxy")
 @dataclass(frozen=True)
 class Basis:
     """What one comparison behind a verdict rests on: its (column, row) cells, the seeds they share, how far the
-    mean gap has come towards deciding (|mean| over two standard errors: 1 or more decides; None without an error),
+    mean gap has come towards deciding (|mean| over rule 3's bar: 1 or more decides; None without a bar),
     and that mean gap, signed (the mean excess over the boundary on those seeds: below 0, a shortfall)."""
 
     cells: tuple[tuple[str, str], ...]
@@ -163,7 +166,9 @@ class Evidence:
             if floor is None:  # a floor whose repeat diverged: a floor measured elsewhere must not stand in for it
                 return None, f"the one nearest a row at {accuracy:.1f}% was not measured: a noise repeat diverged"
             chosen.append(floor)
-        return math.sqrt(statistics.fmean(f**2 for f in chosen)), ""
+        pooled = math.sqrt(statistics.fmean(f**2 for f in chosen))
+        known = [floor_df(f) for f in chosen]
+        return (Floor(pooled, min(known)) if None not in known else pooled), ""  # the scarcer floor's df
 
     def point(self, claim: Mapping[str, Any]) -> Optional[str]:
         """Rule 1: the claim's own point, else the paper's as the suite declares it, else each run's own."""
@@ -307,9 +312,49 @@ def read_run(run: Path, k: int, point: Optional[str]) -> tuple[Optional[float], 
 # ---- the rules, on numbers ----
 
 
-def noise_floor(results: Sequence[float]) -> Optional[float]:
+class Floor(float):
+    """A noise floor (points) that knows its degrees of freedom: repeats less one, summed over the seeds it pools
+    (a floor from two runs has one). A plain float stands for a floor whose repeats are not known (hand-made
+    evidence): rule 3 then takes the normal approximation's bar of 2 for it."""
+
+    df: int
+
+    def __new__(cls, value: float, df: int) -> "Floor":
+        made = super().__new__(cls, value)
+        made.df = int(df)
+        return made
+
+
+def noise_floor(results: Sequence[float]) -> Optional[Floor]:
     """Rule 3's floor: the standard deviation of one config's result over its repeats (None under two)."""
-    return statistics.stdev(results) if len(results) >= 2 else None
+    return Floor(statistics.stdev(results), len(results) - 1) if len(results) >= 2 else None
+
+
+def floor_df(floor: Optional[float]) -> Optional[int]:
+    """The floor's degrees of freedom; None where they are not known (a plain float)."""
+    return floor.df if isinstance(floor, Floor) else None
+
+
+@functools.lru_cache(maxsize=None)
+def t_quantile(df: int) -> float:
+    """Student's t at 97.5% (a 95% two-sided test) with `df` degrees of freedom."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+def bar(seeds: int, floor: Optional[float]) -> tuple[Optional[float], str]:
+    """Rule 3's bar in standard errors, and the test it comes from: a paired t-test on the seeds (n - 1 degrees of
+    freedom); on one seed the floor's own degrees of freedom (a floor from two runs cannot decide alone: None); a
+    floor of unknown degrees of freedom on one seed, the normal approximation's 2."""
+    if seeds >= 2:
+        return t_quantile(seeds - 1), f"t, {seeds - 1} df"
+    df = floor_df(floor)
+    if df is None:
+        return 2.0, "normal"
+    if df < 2:
+        return None, "floor from 2 runs"
+    return t_quantile(df), f"t, the floor's {df} df"
 
 
 def gap_error(gaps: Sequence[float], floor: Optional[float]) -> Optional[float]:
@@ -324,11 +369,15 @@ def gap_error(gaps: Sequence[float], floor: Optional[float]) -> Optional[float]:
 
 
 def share_of_bar(excess: Sequence[float], floor: Optional[float]) -> Optional[float]:
-    """How far the mean excess has come towards rule 3's bar of two standard errors (1 or more decides); None without
-    a floor (no bar: seeds cannot decide it, a floor must be measured first)."""
+    """How far the mean excess has come towards rule 3's bar (its t quantile times the standard error; 1 or more
+    decides); None without a floor (no bar: seeds cannot decide it, a floor must be measured first), or with one seed
+    on a floor from two runs (more seeds would decide it)."""
     finite = floor is not None and all(math.isfinite(e) for e in excess)
     error = gap_error(excess, floor) if finite else None
-    return abs(statistics.fmean(excess)) / (2 * error) if error else None
+    quantile, _ = bar(len(excess), floor)
+    if not error or quantile is None:
+        return None
+    return abs(statistics.fmean(excess)) / (quantile * error)
 
 
 def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") -> tuple[str, str]:
@@ -342,9 +391,15 @@ def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") 
     if floor is None:
         return UNSURE, f"{mean:+.2f} on {seeds}; no verdict without a noise floor ({no_floor or 'none measured'})"
     error = gap_error(excess, floor)
-    if abs(mean) <= 2 * error:  # a tie is no verdict, even against a floor of 0
-        return UNSURE, f"{mean:+.2f} on {seeds}, within 2 standard errors of {error:.2f}"
-    return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond 2 standard errors of {error:.2f}"
+    quantile, test = bar(len(excess), floor)
+    if quantile is None:
+        return UNSURE, f"{mean:+.2f} on one seed; no verdict from one seed on a floor from 2 runs (more seeds decide)"
+    said = f"{quantile:.2f} standard errors of {error:.2f} ({test}" + (
+        "; floor from 2 runs)" if floor_df(floor) == 1 else ")"
+    )
+    if abs(mean) <= quantile * error:  # a tie is no verdict, even against a floor of 0
+        return UNSURE, f"{mean:+.2f} on {seeds}, within {said}"
+    return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond {said}"
 
 
 def still_closing(excess: float, claimant: Trend, other: Trend) -> bool:
@@ -866,7 +921,9 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     value = statistics.fmean(runs.values())
     excess = room_left(claim["points"], [v - target for v in runs.values()])
     floor, no_floor = evidence.floor_for([value], point, evidence.points_read([(column, row)], point, sorted(runs)))
-    own_floor = floor / math.sqrt(2) if floor is not None else None  # one run against a constant: the floor once
+    own_floor = None if floor is None else floor / math.sqrt(2)  # one run against a constant: the floor once
+    if floor_df(floor) is not None and own_floor is not None:
+        own_floor = Floor(own_floor, floor_df(floor))
     verdict, why = decide(excess, own_floor, no_floor)
     basis = (Basis.of([(column, row)], sorted(runs), excess, own_floor),)
     gain, rising, _ = trend(evidence, column, row, sorted(runs), point)
@@ -1030,7 +1087,8 @@ def measured_floor(
                 None,
             )
         if spreads:  # a seed whose repeats gave one result is left out: pooled in, it would pull the floor down
-            floor = math.sqrt(statistics.fmean(s**2 for s in spreads.values()))
+            df = sum(len(by_seed[seed]) - 1 for seed in spreads)  # pooled over seeds: each seed's repeats less one
+            floor = Floor(math.sqrt(statistics.fmean(s**2 for s in spreads.values())), df)
             repeats = max(len(by_seed[s]) for s in spreads)
             level = statistics.fmean(v for s in spreads for v in by_seed[s])
             same = sorted(set(measured) - set(spreads))
