@@ -140,6 +140,10 @@ class RunSection(Section):
     # how a cohort runs its steps: "auto" captures each repeated step shape once as a CUDA graph on a GPU and replays
     # it (a step that cannot be captured runs eagerly; summary.json says which ran), eager elsewhere
     cohort_step: Literal["auto", "eager", "cuda-graph"] = "auto"
+    # the arithmetic of local training's forward passes: "bf16" runs them under torch.autocast in bfloat16 (faster
+    # on a GPU's tensor cores, other numbers; gradients and weights stay float32), for methods whose training is a
+    # plan; "float32" as written
+    precision: Literal["float32", "bf16"] = "float32"
     # runs of one method that differ only in seed (compare --seeds, reproduce) train as one cohort, in one process,
     # when they take the cohort path: "auto"; "off": one run after another
     together: Literal["auto", "off"] = "auto"

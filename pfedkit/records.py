@@ -3,6 +3,7 @@ context a method is built with. Plain data, no behaviour: `data/` builds them, `
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -29,6 +30,13 @@ class TrainSettings:
     momentum: float = 0.0
     weight_decay: float = 0.0
     augment: str = "none"  # train.augment: "crop-flip" augments every training batch of an image data set
+    precision: str = "float32"  # run.precision: "bf16" runs local training's forward passes under autocast
+
+    def autocast(self, device: "torch.device | str") -> Any:
+        """Where local training computes its loss: bfloat16 autocast with run.precision "bf16", else nothing."""
+        if self.precision == "float32":
+            return contextlib.nullcontext()  # as written, at no cost per batch
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
 @dataclass

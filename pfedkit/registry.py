@@ -280,6 +280,12 @@ def build_config(raw: dict[str, Any]) -> Config:
         config.model.name = "smallcnn"  # the default fedavgcnn needs 16x16 inputs; the bundled digits are 8x8
     check_names(config)
     method = method_class(config.method.name, config.method.module)
+    if config.run.precision != "float32" and not method.capabilities().plan:
+        raise ConfigError(
+            f"run.precision = {config.run.precision!r} applies to methods whose local training is a plan; "
+            f"{config.method.name} trains with code of its own (`pfedkit methods` says which): leave run.precision "
+            "at float32 for it"
+        )
     given = config.method_params()
     for key, value in method.Params.run_defaults(config.train).items():
         if key not in given:  # recorded in the resolved config, so the run states the value it used
@@ -402,6 +408,7 @@ def build_method(
         momentum=config.train.momentum,
         weight_decay=config.train.weight_decay,
         augment=config.train.augment,
+        precision=config.run.precision,
     )
     setting = RunSetting(config.partition.clients, config.train.rounds, config.train.join_ratio)
     return cls(params, MethodContext(factory, train, num_classes, training_seed(config.run), server, setting))

@@ -555,3 +555,28 @@ def test_the_cohort_path_is_the_default_on_a_gpu_and_never_on_a_cpu():
     assert not cohort_settings(run(device="cuda", gpus_per_worker=0.25), cpu)  # GPU-sharing worker processes
     assert not cohort_settings(run(device="cuda", cohort="off"), cuda)
     assert cohort_settings(run(cohort="on"), cpu)
+
+
+def test_bf16_precision_trains_under_autocast_on_both_paths_and_is_refused_for_code_methods(tmp_path):
+    """run.precision = "bf16" (issue 92): local training's forward passes in bfloat16, one client at a time and in a
+    cohort alike; other numbers than float32's, close to them; float32 stays the default and bit for bit as before;
+    a method whose training is code of its own is refused by name."""
+    from pfedkit.errors import ConfigError
+    from pfedkit.registry import build_config
+
+    runs = {}
+    for name, run in (
+        ("f32", {}),
+        ("bf16", {"precision": "bf16"}),
+        ("bf16-cohort", {"precision": "bf16", "cohort": "on"}),
+    ):
+        out = tmp_path / name
+        run_experiment(synthetic(train={"rounds": 3}, run=run), out, progress=False)
+        runs[name] = read_csv(out / "metrics.csv")
+    losses = {name: [float(r["loss"]) for r in rows] for name, rows in runs.items()}
+    assert losses["bf16"] != losses["f32"]  # autocast ran: bfloat16 rounds otherwise
+    for name in ("bf16", "bf16-cohort"):
+        assert losses[name][-1] == pytest.approx(losses["f32"][-1], rel=0.05)
+        assert float(runs[name][-1]["acc"]) == pytest.approx(float(runs["f32"][-1]["acc"]), abs=0.05)
+    with pytest.raises(ConfigError, match="run.precision = 'bf16' applies to methods whose local training is a plan"):
+        build_config({**synthetic().to_dict(), "method": {"name": "pfedme"}, "run": {"precision": "bf16"}})

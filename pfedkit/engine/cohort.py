@@ -371,7 +371,14 @@ class Cohort:
         """`step(view, x, y)` for each group of the layout, in order: `view` holds slices of the stacks (views: the
         step's changes land in the stacks), x [G, B, ...] and y [G, B] the group's batches. `key` names the step's
         form for capture (None: never captured)."""
-        runner = self.runner
+        runner, train = self.runner, self.method.ctx.train
+        if train.precision != "float32":  # run.precision: every step's forward under autocast, captured or not
+            plain = step
+
+            def step(view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
+                with train.autocast(x.device):
+                    plain(view, x, y)
+
         if key is not None:  # the buffers the step reads and writes: a captured step is bound to them
             key = (key, tuple(t.data_ptr() for part in state.values() for t in part.values()))
         views: dict[tuple[int, int], dict] = {}

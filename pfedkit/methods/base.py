@@ -414,7 +414,8 @@ class Method:
         model.train()
         with frozen(p for n, p in model.named_parameters() if not trains(n)):
             for xb, yb in self.minibatches(data, round, purpose, epochs, drop_single=uses_batchnorm(model)):
-                loss = loss_fn(model, xb, yb)
+                with self.ctx.train.autocast(xb.device):
+                    loss = loss_fn(model, xb, yb)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
