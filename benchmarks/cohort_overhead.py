@@ -9,6 +9,11 @@ batch), and reports:
   ops/step       torch operations issued per step: aten operations reaching the kernels (counted by a
                  TorchDispatchMode, below autograd and vmap; views and bare allocations left out: on a GPU each is
                  about one kernel launch), over the round, divided by the chain
+  MFLOP/step     the arithmetic those operations do (torch's FlopCounterMode: convolutions and matrix products,
+                 forward and backward), per step of the chain: what a GPU's kernels are weighted by
+  grouped        the share of that arithmetic in grouped convolutions (groups > 1: what vmap makes of a convolution
+                 over stacked clients, cuDNN's slow generic path on a GPU), and layout copies per step (a tensor
+                 copied into another memory format); a CPU's timings hide both, these counts do not
 Both should fall as the step is made static and captured. Variants: the same with BatchNorm, with crop-flip
 augmentation, and (--runs R) R runs of FedAvg differing only in seed trained as one computation.
 
@@ -102,12 +107,27 @@ class CountOps(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter = Counter()
+        self.grouped_flops, self.layout_copies = 0, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func.overloadpacket)
         if not func.is_view and name not in ("aten.empty", "aten.empty_strided", "aten.lift_fresh"):
             self.ops[name] += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if name == "aten.convolution" and args[-1] > 1:  # groups, the last argument
+            self.grouped_flops += 3 * conv_flops(args[0], args[1], out)  # forward, and backward's two products
+        if name in ("aten.clone", "aten.contiguous", "aten._to_copy") and (kwargs or {}).get("memory_format") not in (
+            None,
+            torch.preserve_format,
+            torch.contiguous_format,
+        ):
+            self.layout_copies += 1
+        return out
+
+
+def conv_flops(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> int:
+    """Multiply-adds of a convolution, times 2: each output element sums in_channels / groups x kernel products."""
+    return 2 * out.numel() * weight.shape[1] * int(np.prod(weight.shape[2:]))
 
 
 def measure(name: str, batchnorm: bool, augment: bool, rounds: int) -> dict:
@@ -123,9 +143,15 @@ def measure(name: str, batchnorm: bool, augment: bool, rounds: int) -> dict:
         if round:
             times.append(time.perf_counter() - start)
     tasks = tasks_of(method, fed, rounds + 1)
-    with CountOps() as counted:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as flops, CountOps() as counted:
         list(cohort.train(tasks))
+    total_flops = flops.get_total_flops()
     return {
+        "mflop_per_step": total_flops / chain / 1e6,
+        "grouped_share": counted.grouped_flops / total_flops if total_flops else 0.0,
+        "layout_copies_per_step": counted.layout_copies / chain,
         "variant": name,
         "chain": chain,
         "host_us_per_step": statistics.median(times) / chain * 1e6,
@@ -151,11 +177,12 @@ def main() -> None:
         f"cohort step overhead, CPU proxy ({platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"1 thread): {CLIENTS} clients, batch {BATCH}, tiny CNN, 1 local epoch",
         "",
-        "| variant | samples | chain (steps) | host us/step | ops/step |",
-        "|---|---|---|---|---|",
+        "| variant | samples | chain (steps) | host us/step | ops/step | MFLOP/step | grouped | layout copies/step |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['variant']} | {r['samples']} | {r['chain']} | {r['host_us_per_step']:.0f} | {r['ops_per_step']:.1f} |"
+        f"| {r['variant']} | {r['samples']} | {r['chain']} | {r['host_us_per_step']:.0f} | {r['ops_per_step']:.1f} "
+        f"| {r['mflop_per_step']:.2f} | {r['grouped_share']:.0%} | {r['layout_copies_per_step']:.1f} |"
         for r in rows
     ]
     lines += ["", "most issued operations per round:"]
