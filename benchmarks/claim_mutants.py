@@ -596,6 +596,11 @@ MUTANTS = {
         "            df = sum(len(by_seed[seed]) - 1 for seed in spreads)",
         "            df = sum(len(by_seed[seed]) for seed in spreads)",
     ),
+    "M107": (
+        "rule 4: paces within their noise read as not closing (the mean paces compared as they are; issue 96)",
+        "    if abs(gap) <= error:\n        return None\n",
+        "    if False:\n        return None\n",
+    ),
 }
 
 

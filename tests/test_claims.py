@@ -1828,3 +1828,18 @@ def test_rule_3_is_a_paired_t_test_and_a_floor_from_two_runs_cannot_decide_alone
         flat_run(tmp_path / "col" / row / "seed1", value, repeat=repeat, config={"run": {"seed": 1}})
     floor, _, _ = measured_floor({"column": "col", "rows": rows}, [tmp_path], 5, None)
     assert floor.df == 2
+
+
+def test_rule_4_holds_a_verdict_open_while_the_slopes_are_within_their_own_noise(tmp_path):
+    """Issue 96: rule 4 decides "not closing" only when the paces differ by more than their standard error over
+    seeds; b below a's pace on the mean (0.467 against 0.5 a round) but within the noise of the per-seed differences
+    (+0.1, -0.2, 0.0) leaves the line open: both still rising. Clearly slower (by 0.2 on every seed) decides."""
+    for seed, pace in enumerate((0.006, 0.003, 0.005)):
+        run(tmp_path / "noisy" / "col" / "a" / f"seed{seed}", [0.60 + 0.005 * r for r in range(20)])
+        run(tmp_path / "noisy" / "col" / "b" / f"seed{seed}", [0.45 + pace * r for r in range(20)])
+        run(tmp_path / "slower" / "col" / "a" / f"seed{seed}", [0.60 + 0.005 * r for r in range(20)])
+        run(tmp_path / "slower" / "col" / "b" / f"seed{seed}", [0.45 + (0.003 + 0.0001 * seed) * r for r in range(20)])
+    got = judge(ABOVE, Evidence(tmp_path / "noisy", 5, floor=Floor(0.1, 2)))
+    assert got.verdict == UNSURE and "at a pace within the noise of a's (-0.033 ± 0.088" in got.detail, got.detail
+    assert "both still rising, provisional, holds" in got.detail
+    assert judge(ABOVE, Evidence(tmp_path / "slower", 5, floor=Floor(0.1, 2))).verdict == HOLDS

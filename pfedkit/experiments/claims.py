@@ -39,12 +39,13 @@ for a row evaluated every round and an FT row evaluated every 5). The rules:
    degrees of freedom for n seeds times the standard error; on one seed, t at the floor's degrees of freedom (a floor
    from two runs cannot decide alone). A gap within the bar of its boundary, or exactly on it: cannot tell.
    "Within" and a paper's number are judged on the signed gaps, not their distances.
-4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster per
-   round than the curve it is closing on), a verdict is at most "cannot tell"; for a paper's number, while the row's
+4. Provisional: while the curve that could close the gap is still rising (the tables' ↑, and gaining faster per round
+   than the curve it is closing on, or at a pace within the noise of the other's: the per-seed differences' standard
+   error over seeds, on two seeds or more), a verdict is at most "cannot tell"; for a paper's number, while the row's
    curve still rises at all (but away from a number it already fails); for "within", while either curve rises faster
    than the other (a band held while the trailer climbs, a miss while the trailer closes on the leader). A curve too
-   short for the mark rises when its last fifth gains more than half a point; a row's seeds are read at the rounds
-   all of them evaluated.
+   short for the mark rises when its last fifth gains more than half a point; a row's seeds are read at the rounds all
+   of them evaluated.
 "Above every other" is every pair: the claimant against each other row, each pair by rules 2-4; it holds when every
 pair holds, does not hold when any does not. A row with no finished run (or whose runs diverged) is not a pair: the
 line names it ("not run: ..."), and its verdict is of the rows that ran; likewise a margin's. A claimant that diverged
@@ -402,12 +403,36 @@ def decide(excess: Sequence[float], floor: Optional[float], no_floor: str = "") 
     return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {seeds}, beyond {said}"
 
 
+def slope_gap(closer: Trend, held: Trend) -> tuple[float, Optional[float]]:
+    """The closing curve's pace less the other's (points a round), and its standard error over the seeds (the
+    per-seed differences' spread; None under two seeds)."""
+    if len(closer.rates) >= 2 and len(closer.rates) == len(held.rates):
+        diffs = [a - b for a, b in zip(closer.rates, held.rates)]
+        return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return closer.rate - held.rate, None
+
+
+def closing(closer: Trend, held: Trend) -> Optional[bool]:
+    """Rule 4 on two curves: does `closer` still gain on `held`? True where it rises faster by more than the slopes'
+    own noise (their difference's standard error over seeds), False where it does not rise or rises slower by more
+    than that, None where the slopes are within their noise (cannot tell: both still rising). On one seed, no noise
+    is known: the paces are compared as they are."""
+    if not closer.rising:
+        return False
+    gap, error = slope_gap(closer, held)
+    if error is None:
+        return gap > 0
+    if abs(gap) <= error:
+        return None
+    return gap > 0
+
+
 def still_closing(excess: float, claimant: Trend, other: Trend) -> bool:
     """Rule 4: can the verdict still flip? The trends of the claimant and of the row it is judged against: a lead
-    closes while the other rises faster (per round), a shortfall while the claimant does."""
-    if excess > 0:
-        return other.rising and other.rate > claimant.rate
-    return claimant.rising and claimant.rate > other.rate
+    closes while the other rises faster (per round), a shortfall while the claimant does; slopes within their noise
+    may still close it."""
+    closer, held = (other, claimant) if excess > 0 else (claimant, other)
+    return closing(closer, held) is not False
 
 
 def unlike_runs(configs: Mapping[str, Mapping[str, Any]], allowed: Sequence[str] = ()) -> list[str]:
@@ -482,6 +507,7 @@ class Trend(NamedTuple):
     gain: float  # points gained by the last fifth of the evaluations over the fifth before
     rising: bool
     rate: float  # that gain per round: curves evaluated at other intervals are compared at one pace (rule 4)
+    rates: tuple[float, ...] = ()  # each seed's own pace at the same rounds, in the seeds' order (the slopes' noise)
 
 
 def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point: Optional[str]) -> Trend:
@@ -497,10 +523,14 @@ def trend(evidence: Evidence, column: str, row: str, seeds: Sequence[str], point
         return Trend(0.0, False, 0.0)
     gain, apart = curve_gain(curve)
     rate = gain / apart if apart > 0 else 0.0
+    rates = []
+    for c in curves:  # each seed's pace at the same rounds: what the slopes' noise is measured from
+        seed_gain, seed_apart = curve_gain([(r, 100 * c[r]) for r in sorted(shared)])
+        rates.append(seed_gain / seed_apart if seed_apart > 0 else 0.0)
     shape = curve_trend(curve)
     if shape == "short":  # too few points to scale by rounds: a gain of more than RISE_POINTS outright
-        return Trend(gain, gain > RISE_POINTS, rate)
-    return Trend(gain, shape == "rising", rate)
+        return Trend(gain, gain > RISE_POINTS, rate, tuple(rates))
+    return Trend(gain, shape == "rising", rate, tuple(rates))
 
 
 PRETRAINED = "model.options.pretrained"
@@ -593,12 +623,17 @@ def provisional(
 ) -> tuple[str, str]:
     if verdict == UNSURE or not still_closing(excess, claimant, other):
         return verdict, why
-    mover = names[1] if excess > 0 else names[0]
-    gain = other[0] if excess > 0 else claimant[0]
-    return (
-        UNSURE,
-        f"{why}, but {mover} is still rising ({gain:+.2f} in the last fifth) and closing: provisional, {verdict}",
-    )
+    mover, held = (names[1], names[0]) if excess > 0 else names
+    closer, steady = (other, claimant) if excess > 0 else (claimant, other)
+    if closing(closer, steady) is None:
+        pace, error = slope_gap(closer, steady)
+        return (
+            UNSURE,
+            f"{why}, but {mover} is still rising ({closer.gain:+.2f} in the last fifth) at a pace within the noise "
+            f"of {held}'s ({pace:+.3f} ± {error:.3f} a round over seeds): both still rising, provisional, {verdict}",
+        )
+    rising = f"{mover} is still rising ({closer.gain:+.2f} in the last fifth)"
+    return UNSURE, f"{why}, but {rising} and closing: provisional, {verdict}"
 
 
 def judge_pair(
@@ -877,7 +912,7 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     names = (f"{row} in {column}", f"{row} in {reference}")
     leader, trailer = (mine, theirs) if value >= ref else (theirs, mine)
     names = names if value < ref else names[::-1]
-    if verdict == HOLDS and trailer.rising and trailer.rate > leader.rate:  # in the band, the trailer may climb out
+    if verdict == HOLDS and closing(trailer, leader) is not False:  # in the band, the trailer may climb out
         verdict, why = (
             UNSURE,
             f"{why}, but {names[0]} is still rising ({trailer[0]:+.2f} in the last fifth) "
@@ -926,7 +961,7 @@ def number(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         own_floor = Floor(own_floor, floor_df(floor))
     verdict, why = decide(excess, own_floor, no_floor)
     basis = (Basis.of([(column, row)], sorted(runs), excess, own_floor),)
-    gain, rising, _ = trend(evidence, column, row, sorted(runs), point)
+    gain, rising, *_ = trend(evidence, column, row, sorted(runs), point)
     # the number stays put: only the row's own curve moves; a match holds only once it has stopped moving (rising, it
     # may leave the band), a miss below the number while it rises towards it
     towards = (value < target) == (gain > 0)
