@@ -115,17 +115,19 @@ METHODS = {
 # list. Baselines (per-client, PFLlib) time one round after a warm-up round (2 rounds), except FedAvg's per-client row
 # on cifar10-20, which runs the cohort's 5 rounds so that their accuracies compare.
 PLAN = [
-    ("cifar10-20", "fedavg", 5, ("cohort", "cohort-eager", "per-client", "pfllib", "4-processes")),
+    ("cifar10-20", "fedavg", 5, ("cohort", "cohort-eager", "cohort-bf16", "per-client", "pfllib", "4-processes")),
     ("cifar10-100", "fedavg", 2, ("cohort", "per-client", "pfllib")),
     ("cifar10-20", "fedavg", 2, ("3-seeds-together", "cohort")),
     ("cifar10-r18", "fedavg", 2, ("cohort", "per-client")),
     *[("cifar10-20", m, 2, ("cohort", "per-client", "pfllib")) for m in METHODS if m != "fedavg"],
 ]
-PATHS = ("cohort", "cohort-eager", "3-seeds-together", "per-client", "pfllib", "4-processes")
+PATHS = ("cohort", "cohort-eager", "cohort-bf16", "3-seeds-together", "per-client", "pfllib", "4-processes")
 # cohort: the round's clients as one computation, steps captured as CUDA graphs (run.cohort_step auto);
-# cohort-eager: the same with eager steps (what capture saves); 3-seeds-together: seeds 0, 1, 2 as one cohort
-# (run.together), seconds per round of the three together, against one seed's cohort row; 4-processes: one client at
-# a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the older way to fill a GPU
+# cohort-eager: the same with eager steps (what capture saves); cohort-bf16: the cohort with run.precision "bf16"
+# (bfloat16 autocast forward passes; its accuracy after the row's rounds beside float32's); 3-seeds-together: seeds
+# 0, 1, 2 as one cohort (run.together), seconds per round of the three together, against one seed's cohort row;
+# 4-processes: one client at a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the
+# older way to fill a GPU
 
 
 class OutOfBudget(Exception):
@@ -447,6 +449,7 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
         compared = {
             "cohort": ("pfllib", "per-client"),
             "cohort-eager": ("pfllib", "per-client"),
+            "cohort-bf16": ("pfllib", "per-client"),
             "per-client": ("pfllib",),
             "4-processes": ("pfllib", "per-client"),
         }.get(r["path"], ())
@@ -536,7 +539,7 @@ def main() -> None:
         fed = feds[setting_name]
         samples = int(fed.train_sizes().sum())
         for path in paths:
-            rounds = cohort_rounds if path in ("cohort", "cohort-eager", "3-seeds-together") else 2
+            rounds = cohort_rounds if path in ("cohort", "cohort-eager", "cohort-bf16", "3-seeds-together") else 2
             if (setting_name, method, path) == ("cifar10-20", "fedavg", "per-client") and cohort_rounds == 5:
                 rounds = 5  # the accuracy after 5 rounds, beside the cohort's
             row = {"setting": setting_name, "method": method, "path": path, "rounds": rounds, "samples": samples}
@@ -569,7 +572,7 @@ def main() -> None:
                 )
             else:
                 cohort = "off" if path == "per-client" else "on"
-                steps = {"cohort_step": "eager"} if path == "cohort-eager" else {}
+                steps = {"cohort-eager": {"cohort_step": "eager"}, "cohort-bf16": {"precision": "bf16"}}.get(path, {})
                 row.update(pfedkit_run(setting, fed, args, method, rounds, cohort, clock, **steps))
                 if not row.pop("batched", True) and path != "per-client":
                     row["note"] = "not batched: one client at a time (the per-client path)"
