@@ -1843,3 +1843,19 @@ def test_rule_4_holds_a_verdict_open_while_the_slopes_are_within_their_own_noise
     assert got.verdict == UNSURE and "at a pace within the noise of a's (-0.033 ± 0.088" in got.detail, got.detail
     assert "both still rising, provisional, holds" in got.detail
     assert judge(ABOVE, Evidence(tmp_path / "slower", 5, floor=Floor(0.1, 2))).verdict == HOLDS
+
+
+def test_the_rules_readings_a_fifth_rounds_down_and_a_floor_comes_from_the_repeats_that_ran(tmp_path):
+    """Issue 96's two open readings, as the rules now state them: a fifth of 11 or 21 evaluations is 2 or 4 (rounded
+    down); a floor is measured once two of the listed repeats finished a seed, not only when all did."""
+    from pfedkit.reports.tables import curve_gain
+
+    for n, fifth in ((11, 2), (21, 4)):
+        curve = [(r, 0.0 if r < n - fifth else 1.0) for r in range(n)]  # only the last `fifth` points are up
+        gain, _ = curve_gain(curve)
+        assert gain == pytest.approx(1.0), n  # the last fifth holds exactly the raised points, the one before none
+    rows = ["n", "n-repeat1", "n-repeat2"]
+    for repeat, (row, value) in enumerate(zip(rows[:2], (0.54, 0.545))):  # the third repeat never ran
+        flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
+    floor, text, _ = measured_floor({"column": "col", "rows": rows}, [tmp_path], 5, None)
+    assert floor is not None and floor.df == 1 and "over 2 repeats" in text
