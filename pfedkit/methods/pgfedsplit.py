@@ -92,96 +92,6 @@ class PGFedSplitParams(HyperParams):
     )
 
 
-def next_period(period: int, alpha_mean: float, alpha_prev: float, low: int, high: int) -> int:
-    """tau - 1 if the mean alpha rose, + 1 if it fell, clipped to [low, high] (Alg. 1 as in docs/methods.md 3.2)."""
-    step = -1 if alpha_mean > alpha_prev else (1 if alpha_mean < alpha_prev else 0)
-    return int(min(max(period + step, low), high))
-
-
-def minimize_on_unit_interval(
-    objective: Callable[[torch.Tensor], torch.Tensor], grid: int = 21, tol: float = 1e-7
-) -> float:
-    """The minimizer of a convex function on [0, 1], `objective` taking a whole grid of points (float64) at once: a
-    grid over [0, 1], then grids over the two cells around the best point, until a cell is at most `tol` wide. The
-    ends are grid points, so a minimum at 0 or 1 is found exactly; one host sync a pass (seven passes on a GPU, not a
-    hundred-odd scalar evaluations)."""
-    low, high = 0.0, 1.0
-    while True:
-        points = [low + i * (high - low) / (grid - 1) for i in range(grid - 1)] + [high]
-        best = int(torch.argmin(objective(torch.tensor(points, dtype=torch.float64, device="cpu"))))
-        if (high - low) / (grid - 1) <= tol:
-            return points[best]
-        low, high = points[max(best - 1, 0)], points[min(best + 1, grid - 1)]
-
-
-MIX_ELEMENTS = 1 << 23  # logits held at once while the alpha grid is evaluated (a chunk of the grid)
-
-
-def variance_scales(label_shares: torch.Tensor, mode: str) -> torch.Tensor:
-    """gamma^2 per class: (1 - q_l) normalized to mean 1 over the classes the client holds (docs/methods.md 3.4-a)."""
-    if mode == "none":
-        return torch.ones_like(label_shares)
-    present = label_shares > 0
-    spread = 1 - label_shares
-    norm = spread[present].mean()
-    return spread / norm if norm > 0 else torch.ones_like(label_shares)  # a one-class client: no scaling
-
-
-def synthetic_embeddings(
-    label_shares: torch.Tensor,
-    local_count: int,
-    ratio: float,
-    means: torch.Tensor,
-    variances: torch.Tensor,
-    available: torch.Tensor,
-    scales: torch.Tensor,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """ceil(r / (1 - r) * local) labels drawn from the client's label shares; for those with server statistics,
-    embeddings ~ N(mu_l, gamma_l^2 * diag(Sigma_l)). Labels without statistics are dropped (literal reading)."""
-    count = math.ceil(ratio / (1 - ratio) * local_count)
-    if count == 0 or not bool(available.any()):
-        return means.new_zeros(0, means.shape[1]), torch.zeros(0, dtype=torch.long)
-    labels = torch.multinomial(label_shares, count, replacement=True, generator=generator)
-    labels = labels[available[labels]]
-    noise = torch.randn(len(labels), means.shape[1], generator=generator, dtype=means.dtype)
-    std = (scales[labels].unsqueeze(1) * variances[labels]).sqrt()
-    return means[labels] + std * noise, labels
-
-
-@lru_cache(maxsize=None)  # one loss per setting: clients share a cohort phase
-def prototype_pull(weight: float, distance: str) -> PhaseLoss:
-    """CE + lambda * Eq. 14's distance (`prototype_distance`) in the proto_distance reading."""
-
-    def loss(
-        net: Net,
-        params: Mapping[str, torch.Tensor],
-        x: torch.Tensor,
-        y: torch.Tensor,
-        given: Mapping[str, torch.Tensor],
-    ) -> torch.Tensor:
-        z = net.body(x)
-        return F.cross_entropy(net.head(z), y) + weight * prototype_distance(
-            z, y, given["protos"], given["available"], distance
-        )
-
-    return loss
-
-
-def prototype_distance(
-    features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, available: torch.Tensor, distance: str
-) -> torch.Tensor:
-    """Eq. 14's distance of each feature to its class's global prototype, batch mean: the MSE over the feature
-    dimensions, or the squared norm as written (d times the MSE)."""
-    mse = prototype_mse(features, labels, protos, available)
-    return mse * features.shape[-1] if distance == "squared-norm" else mse
-
-
-def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -> nn.Module:
-    model.head.load_state_dict(strip_prefix(state, prefix))
-    return model.head
-
-
 @register
 class PGFedSplit(Method):
     name = "pgfedsplit"
@@ -377,3 +287,96 @@ variant(
     adaptive_period=False,
     gaussian_augmentation=False,
 )
+
+
+# ---- the paper's pieces the class above calls (its equations, the adaptive period, the head's readings) ----
+
+
+def next_period(period: int, alpha_mean: float, alpha_prev: float, low: int, high: int) -> int:
+    """tau - 1 if the mean alpha rose, + 1 if it fell, clipped to [low, high] (Alg. 1 as in docs/methods.md 3.2)."""
+    step = -1 if alpha_mean > alpha_prev else (1 if alpha_mean < alpha_prev else 0)
+    return int(min(max(period + step, low), high))
+
+
+def minimize_on_unit_interval(
+    objective: Callable[[torch.Tensor], torch.Tensor], grid: int = 21, tol: float = 1e-7
+) -> float:
+    """The minimizer of a convex function on [0, 1], `objective` taking a whole grid of points (float64) at once: a
+    grid over [0, 1], then grids over the two cells around the best point, until a cell is at most `tol` wide. The
+    ends are grid points, so a minimum at 0 or 1 is found exactly; one host sync a pass (seven passes on a GPU, not a
+    hundred-odd scalar evaluations)."""
+    low, high = 0.0, 1.0
+    while True:
+        points = [low + i * (high - low) / (grid - 1) for i in range(grid - 1)] + [high]
+        best = int(torch.argmin(objective(torch.tensor(points, dtype=torch.float64, device="cpu"))))
+        if (high - low) / (grid - 1) <= tol:
+            return points[best]
+        low, high = points[max(best - 1, 0)], points[min(best + 1, grid - 1)]
+
+
+MIX_ELEMENTS = 1 << 23  # logits held at once while the alpha grid is evaluated (a chunk of the grid)
+
+
+def variance_scales(label_shares: torch.Tensor, mode: str) -> torch.Tensor:
+    """gamma^2 per class: (1 - q_l) normalized to mean 1 over the classes the client holds (docs/methods.md 3.4-a)."""
+    if mode == "none":
+        return torch.ones_like(label_shares)
+    present = label_shares > 0
+    spread = 1 - label_shares
+    norm = spread[present].mean()
+    return spread / norm if norm > 0 else torch.ones_like(label_shares)  # a one-class client: no scaling
+
+
+def synthetic_embeddings(
+    label_shares: torch.Tensor,
+    local_count: int,
+    ratio: float,
+    means: torch.Tensor,
+    variances: torch.Tensor,
+    available: torch.Tensor,
+    scales: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ceil(r / (1 - r) * local) labels drawn from the client's label shares; for those with server statistics,
+    embeddings ~ N(mu_l, gamma_l^2 * diag(Sigma_l)). Labels without statistics are dropped (literal reading)."""
+    count = math.ceil(ratio / (1 - ratio) * local_count)
+    if count == 0 or not bool(available.any()):
+        return means.new_zeros(0, means.shape[1]), torch.zeros(0, dtype=torch.long)
+    labels = torch.multinomial(label_shares, count, replacement=True, generator=generator)
+    labels = labels[available[labels]]
+    noise = torch.randn(len(labels), means.shape[1], generator=generator, dtype=means.dtype)
+    std = (scales[labels].unsqueeze(1) * variances[labels]).sqrt()
+    return means[labels] + std * noise, labels
+
+
+@lru_cache(maxsize=None)  # one loss per setting: clients share a cohort phase
+def prototype_pull(weight: float, distance: str) -> PhaseLoss:
+    """CE + lambda * Eq. 14's distance (`prototype_distance`) in the proto_distance reading."""
+
+    def loss(
+        net: Net,
+        params: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        given: Mapping[str, torch.Tensor],
+    ) -> torch.Tensor:
+        z = net.body(x)
+        return F.cross_entropy(net.head(z), y) + weight * prototype_distance(
+            z, y, given["protos"], given["available"], distance
+        )
+
+    return loss
+
+
+def prototype_distance(
+    features: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, available: torch.Tensor, distance: str
+) -> torch.Tensor:
+    """Eq. 14's distance of each feature to its class's global prototype, batch mean: the MSE over the feature
+    dimensions, or the squared norm as written (d times the MSE)."""
+    mse = prototype_mse(features, labels, protos, available)
+    return mse * features.shape[-1] if distance == "squared-norm" else mse
+
+
+def head_of(model: SplitModel, state: Mapping[str, torch.Tensor], prefix: str) -> nn.Module:
+    model.head.load_state_dict(strip_prefix(state, prefix))
+    return model.head
