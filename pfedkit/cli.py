@@ -567,6 +567,11 @@ def reproduce(
         changes = verdict_changes(replaced, table)  # what a reader of the document should look at again
         click.echo(f"\nVerdicts changed in {update}:" if changes else f"\nNo verdict changed in {update}.")
         click.echo("\n".join(f"- {change}" for change in changes), nl=bool(changes))
+        if not suite:  # every paper's page beside the document: its tables as the paper prints them, its claims
+            from pfedkit.experiments.paper_pages import write_paper_pages
+
+            pages = write_paper_pages(results, list(SUITES.values()), Path(update).parent / "papers")
+            click.echo(f"\nPapers' pages: {', '.join(str(p) for p in pages)}")
         return
     if show_list or suite is None:
         click.echo("\n\n".join(describe(s) for s in SUITES.values()))

@@ -1859,3 +1859,17 @@ def test_the_rules_readings_a_fifth_rounds_down_and_a_floor_comes_from_the_repea
         flat_run(tmp_path / "col" / row / "seed0", value, repeat=repeat)
     floor, text, _ = measured_floor({"column": "col", "rows": rows}, [tmp_path], 5, None)
     assert floor is not None and floor.df == 1 and "over 2 repeats" in text
+
+
+def test_the_papers_pages_are_the_ones_the_committed_runs_generate():
+    """docs/papers/: each paper's tables as the paper prints them, "paper / ours ± se (seeds)", and its claims."""
+    from pfedkit.experiments.paper_pages import cell, paper_pages
+    from pfedkit.experiments.suites import SUITES
+
+    assert cell(90.08, [84.0, 85.0, 83.0]) == "90.08 / 84.00 ± 0.58 (3)"
+    assert cell(None, [79.39]) == "- / 79.39 (1)" and cell(55.09, []) == "55.09 / -"
+    pages = paper_pages(REPO / "benchmarks" / "results", list(SUITES.values()))
+    folder = REPO / "docs" / "papers"
+    assert sorted(pages) == sorted(p.name for p in folder.glob("*.md"))
+    for name, text in pages.items():
+        assert (folder / name).read_text() == text, f"run `python benchmarks/reproduce.py --claims` ({name})"
