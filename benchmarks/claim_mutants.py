@@ -74,8 +74,8 @@ MUTANTS = {
     ),
     "M9": (
         "number claims decided without a noise floor",
-        "    own_floor = floor / math.sqrt(2) if floor is not None else None  # one run",
-        "    own_floor = floor / math.sqrt(2) if floor is not None else 1e-9  # one run",
+        "    own_floor = None if floor is None else floor / math.sqrt(2)  # one run",
+        "    own_floor = 1e-9 if floor is None else floor / math.sqrt(2)  # one run",
     ),
     "M10": (
         "rule 3: a floor measured far from the rows' accuracy applies (FLOOR_REACH ignored)",
@@ -134,13 +134,13 @@ MUTANTS = {
     ),
     "M21": (
         "within: a trailing curve climbing through the leader ignored",
-        "    if verdict == HOLDS and trailer.rising and trailer.rate > leader.rate:",
+        "    if verdict == HOLDS and closing(trailer, leader) is not False:",
         "    if False:",
     ),
     "M22": (
         "rule 4: a curve too short for the tables' mark never counts as rising",
-        "        return Trend(gain, gain > RISE_POINTS, rate)\n",
-        "        return Trend(gain, False, rate)\n",
+        "        return Trend(gain, gain > RISE_POINTS, rate, tuple(rates))\n",
+        "        return Trend(gain, False, rate, tuple(rates))\n",
     ),
     "M23": (
         "rule 3: the floor's reach measured from the pair's mean accuracy",
@@ -321,8 +321,8 @@ MUTANTS = {
     ),
     "M57": (
         "rule 4: gains compared in points over unequal stretches, not per round",
-        "        return other.rising and other.rate > claimant.rate",
-        "        return other.rising and other.gain > claimant.gain",
+        "    return closer.rate - held.rate, None",
+        "    return closer.gain - held.gain, None",
     ),
     "M58": (
         "the table: a not-run line asks to run rows that finished or diverged",
