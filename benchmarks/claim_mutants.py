@@ -601,6 +601,12 @@ MUTANTS = {
         "    if abs(gap) <= error:\n        return None\n",
         "    if False:\n        return None\n",
     ),
+    "M108": (
+        "the owed list: a line 3 seeds leave halfway to the t-test's bar owes nothing more (issue 96)",
+        "    target = MORE_SEEDS if more else LEADING_SEEDS\n    short += more\n",
+        "    target = LEADING_SEEDS\n",
+        "pfedkit/experiments/reproduce.py",
+    ),
 }
 
 

@@ -1873,3 +1873,19 @@ def test_the_papers_pages_are_the_ones_the_committed_runs_generate():
     assert sorted(pages) == sorted(p.name for p in folder.glob("*.md"))
     for name, text in pages.items():
         assert (folder / name).read_text() == text, f"run `python benchmarks/reproduce.py --claims` ({name})"
+
+
+def test_a_line_three_seeds_leave_halfway_to_the_t_tests_bar_is_owed_five(tmp_path):
+    """Issue 96 item 3: on 3 seeds the bar is 4.30 standard errors; a gap at least halfway there and short of it
+    owes the seeds that would decide it, 0-4."""
+    from pfedkit.experiments.reproduce import claims_table
+
+    root = tmp_path / "results"
+    noise_runs(root / "toy" / "col")
+    for seed, gap in enumerate((0.010, 0.005, 0.015)):  # +1.0 on average, a standard error of 0.29: 80% of the way
+        flat_run(root / "toy" / "col" / "a" / f"seed{seed}", 0.55 + gap)
+        flat_run(root / "toy" / "col" / "b" / f"seed{seed}", 0.55)
+    suite = toy_suite((ABOVE,), NOISE_ROWS)
+    owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
+    assert "- `toy#1`: cannot tell on 3 seeds, 80% of the way (a vs b)" in owed
+    assert "--rows a,b --out" in owed and "--seeds 0,1,2,3,4`" in owed

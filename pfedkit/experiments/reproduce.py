@@ -734,12 +734,14 @@ def ended_by_diverging(evidence: Evidence, column: str, row: str) -> bool:
 
 
 LEADING_SEEDS = 3  # issue 61: a verdict, or a gap halfway to one, is shown on this many seeds
-OWED_SHARE = 0.5  # a cannot-tell gap at least this share of the way to the bar (one standard error) is owed seeds
+OWED_SHARE = 0.5  # a cannot-tell gap at least this share of the way to the bar is owed seeds
+MORE_SEEDS = 5  # issue 96: where 3 seeds leave a gap halfway to the t-test's bar, the seeds that would decide it
 OWED_HEADING = (
     f"Lines owed seeds: decided, or with a gap at least halfway to rule 3's bar (past it, but held open by rule 4, "
-    f"included), on fewer than {LEADING_SEEDS} seeds; "
-    "each with the command that runs the rest (finished cells are skipped; a line without a noise floor owes a floor "
-    "first, not seeds):"
+    f"included), on fewer than {LEADING_SEEDS} seeds; or on {LEADING_SEEDS} seeds, cannot tell, at least halfway to "
+    f"the bar and short of it (the t-test's bar is wide on {LEADING_SEEDS}: {MORE_SEEDS} seeds); each with the "
+    "command that runs the rest (finished cells are skipped; a line without a noise floor owes a floor first, not "
+    "seeds):"
 )
 
 NOTHING_OWED = f"- none: every line decided, or at least halfway to deciding, rests on {LEADING_SEEDS} seeds"
@@ -761,6 +763,15 @@ def seeds_owed(
     decided = judgement.verdict in (HOLDS, FAILS)
     # a gap past the bar held open by rule 4 (a rising curve) is owed seeds too: they move the mean curve as well
     short = [b for b in judgement.basis if len(b.seeds) < LEADING_SEEDS and (decided or OWED_SHARE <= (b.share or 0))]
+    # on 3 seeds the t-test's bar is 4.30 standard errors: a gap at least halfway there, short of it, owes 5 seeds
+    # (t(4) = 2.78, and the mean's error shrinks by sqrt(5/3)); one past the bar that rule 4 holds open owes rounds
+    more = [
+        b
+        for b in judgement.basis
+        if not decided and LEADING_SEEDS <= len(b.seeds) < MORE_SEEDS and OWED_SHARE <= (b.share or 0) < 1
+    ]
+    target = MORE_SEEDS if more else LEADING_SEEDS
+    short += more
     if not short:
         return []
     columns = dict.fromkeys(column for b in short for column, _ in b.cells)
@@ -773,7 +784,7 @@ def seeds_owed(
     # rounded down (a gap 99.6% of the way has not reached the bar, and "100%" would say it had), float error aside
     furthest = max(b.share or 0 for b in short)
     way = "" if decided else f", {math.floor(100 * furthest + 1e-9)}% of the way" if furthest < 1 else ", past the bar"
-    seeds_to_run = f" --seeds {','.join(map(str, range(LEADING_SEEDS)))}"
+    seeds_to_run = f" --seeds {','.join(map(str, range(target)))}"
     command = suite_command(suite, columns, rows, scale, on_gpu, runs_root) + seeds_to_run
     said = f"- `{name}`: {judgement.verdict} on {seeds} seed{'s' if seeds > 1 else ''}{way} ({pairs}): "
     if evidence is not None:  # each cell's seeds that ended: read, or diverged (a result, not run again)
@@ -783,9 +794,9 @@ def seeds_owed(
             ended = {(c, r): lost[c, r] | set(evidence.read(c, r, point)[0]) for c, r in cells}
         except PfedkitError:  # a misfiled or damaged run: its line says so; the command stands
             ended = {}
-        if ended and all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):
+        if ended and all({f"seed{n}" for n in range(target)} <= seeds for seeds in ended.values()):
             diverged = "; ".join(f"{r} in {c} on {', '.join(sorted(lost[c, r]))}" for c, r in cells if lost[c, r])
-            return [said + f"seeds 0-{LEADING_SEEDS - 1} have all ended, nothing left to run (diverged: {diverged})"]
+            return [said + f"seeds 0-{target - 1} have all ended, nothing left to run (diverged: {diverged})"]
     return [said + f"`{command}`"]
 
 
