@@ -277,7 +277,12 @@ class Method:
         return None
 
     def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        raise NotImplementedError
+        """The model that counts as the client's personalized model: for a method declaring evaluation = "weights",
+        its evaluation_weights loaded into the working model (written once); one declaring "model" writes this."""
+        weights = self.evaluation_weights(client, payload, data, round)
+        if weights is None:
+            raise NotImplementedError(f"{self.name}: evaluation = 'model' needs personalized_model written")
+        return self.load(weights)
 
     # ---- the batchable form (methods/plan.py): a method stating these may train and evaluate in cohorts ----
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> Optional[LocalPlan]:
@@ -318,8 +323,8 @@ class Method:
             problems.append(f"evaluation = {cls.evaluation!r}: declare 'weights' or 'model'")
         elif cls.evaluation == "weights" and cls.evaluation_weights is Method.evaluation_weights:
             problems.append("evaluation = 'weights' but evaluation_weights not written")
-        elif cls.personalized_model is Method.personalized_model:
-            problems.append("personalized_model not written: the engine evaluates every client with it")
+        elif cls.evaluation == "model" and cls.personalized_model is Method.personalized_model:
+            problems.append("evaluation = 'model' but personalized_model not written: the engine evaluates with it")
         return problems
 
     def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:

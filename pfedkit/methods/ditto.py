@@ -5,7 +5,6 @@ evaluated; only the global model travels."""
 from __future__ import annotations
 
 from pydantic import Field
-from torch import nn
 
 from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.plan import LocalPlan, Phase, proximal
@@ -59,6 +58,3 @@ class Ditto(PartSharing):
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
         return self.model_weights(client)
-
-    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        return self.load(client, slot="personal")

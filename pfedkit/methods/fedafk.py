@@ -15,7 +15,6 @@ from typing import Any, Callable, Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
 from pfedkit.methods.base import HyperParams, register, searched, select, variant
 from pfedkit.methods.functional import FunctionalNet, batched_grads, per_client, sgd_step
@@ -137,9 +136,6 @@ class FedAFK(PartSharing):
         else:
             kt = feature_kl(features, teacher, vmapped) * (len(y) if form == "feature-sum" else 1)
         return (1 - lam) * loss + lam * kt
-
-    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        return self.load(client)  # {theta_i, phi_i}; the global extractor is never used for inference
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
         return self.model_weights(client)

@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 from scipy.optimize import minimize
-from torch import nn
 
 from pfedkit.methods.base import HyperParams, Method, add_prefix, register, select, strip_prefix, variant, weighted_mean
 from pfedkit.methods.plan import LocalPlan, Net, Phase, PhaseLoss
@@ -252,9 +251,6 @@ class FedPAC(Method):
             shares = proto_owner["proto_counts"][present].to(per_class.dtype)
             return (per_class * shares).sum() / shares.sum()
         return per_class.mean()
-
-    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        return self.load(client, payload)  # global body and this client's combined head (its own until it has one)
 
 
 # The reproduction report's variant ("Modify"): the same method with the other head-combination rule.

@@ -265,9 +265,6 @@ class PGFedSplit(Method):
         self.adapt_head(model, payload, client, z, y, round)
         return self.state_of(model)
 
-    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        return self.load(self.evaluation_weights(client, payload, data, round))
-
     def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
         return self.load(reply)  # {theta, phi_i} as trained: this round's head adaptation is already in them
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import ClassVar, Mapping, Optional
 
-from torch import nn
-
 from pfedkit.methods.base import Method, WeightedMeanFold, named_by, select, weighted_mean
 from pfedkit.methods.plan import LocalPlan, Phase
 from pfedkit.models.base import PARTS, SplitModel
@@ -91,6 +89,3 @@ class PartSharing(Method):
         if type(self).aggregate is not PartSharing.aggregate:  # a method combining replies its own way needs them all
             return None
         return WeightedMeanFold(server.keys(), weights)
-
-    def personalized_model(self, client: State, payload: State, data: ClientData, round: int) -> nn.Module:
-        return self.load(payload, client)
