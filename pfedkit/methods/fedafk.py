@@ -10,6 +10,7 @@ Choices the paper leaves open are flags below, each description naming its readi
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable, Literal
 
 import torch
@@ -177,46 +178,77 @@ class FedAFK(PartSharing):
         return [name for name, _ in self.model.named_parameters() if name.startswith("body.")]
 
     def batch_step(self, view: dict, x: torch.Tensor, y: torch.Tensor) -> None:
-        """One batch of every client of the view at once: (a) the global extractor under the fixed random head
-        (Eq. 4); (b) the personal extractor, CE with the personal head frozen plus the transfer term (Eq. 5, 8);
-        (c) mu by the gradient of that loss through the mixed extractor (Eq. 6, or APFL's approximation), kept in
-        [0, 1] with mu_clip, a step per batch or the batch's gradient kept for one step per epoch (mu_steps)."""
-        p, cfg = self.params, self.ctx.train
+        """One batch of every client of the view at once, the paper's three updates in order: the global extractor
+        (Eq. 4), the personal extractor (Eq. 5, 8), then mu (Eq. 6)."""
+        step = self.batch_of(view, x, y)
+        global_grads = self.global_extractor_step(step)
+        personal_grads = self.personal_extractor_step(step)
+        if self.params.adaptive_aggregation:
+            self.mixing_weight_step(step, personal_grads, global_grads)
+
+    def batch_of(self, view: dict, x: torch.Tensor, y: torch.Tensor) -> SimpleNamespace:
+        """What the three updates of a batch share: the view's stacked models, mu, the body's parameter names, the
+        working models (the teacher's forward moves no BatchNorm statistics) and SGD's settings."""
+        cfg = self.ctx.train
         glob_t, own_t, teacher_t = self.working_model("global"), self.model, self.working_model("teacher")
-        glob_t.train(), own_t.train(), teacher_t.eval()  # the teacher's forward moves no BatchNorm statistics
-        g, w, mu = view["global"], view["main"], view["values"]["mu"]
-        body = self.body_parameters()
-        sgd = (cfg.lr, cfg.momentum, cfg.weight_decay)
-        momenta = view.get("momenta", {})
+        glob_t.train(), own_t.train(), teacher_t.eval()
+        return SimpleNamespace(
+            view=view,
+            x=x,
+            y=y,
+            g=view["global"],
+            w=view["main"],
+            mu=view["values"]["mu"],
+            body=self.body_parameters(),
+            glob_t=glob_t,
+            own_t=own_t,
+            teacher_t=teacher_t,
+            sgd=(cfg.lr, cfg.momentum, cfg.weight_decay),
+            momenta=view.get("momenta", {}),
+        )
 
-        def step(model: dict, grads: dict, name: str) -> None:
-            with torch.no_grad():
-                sgd_step(
-                    [model[k] for k in body],
-                    [grads[k] for k in body],
-                    [momenta[f"{name}/{k}"] for k in body] if momenta else None,
-                    *sgd,
-                )
+    def sgd_on_body(self, step: SimpleNamespace, model: dict, grads: dict, name: str) -> None:
+        with torch.no_grad():
+            sgd_step(
+                [model[k] for k in step.body],
+                [grads[k] for k in step.body],
+                [step.momenta[f"{name}/{k}"] for k in step.body] if step.momenta else None,
+                *step.sgd,
+            )
 
-        def rest(model: dict) -> dict:
-            return {k: v for k, v in model.items() if k not in body}
+    @staticmethod
+    def beside_body(step: SimpleNamespace, model: dict) -> dict:
+        return {k: v for k, v in model.items() if k not in step.body}
 
-        # (a) the global extractor under the fixed random head
+    def global_extractor_step(self, step: SimpleNamespace) -> dict:
+        """Eq. 4: the global extractor steps on cross-entropy under the fixed random head."""
+        glob_t = step.glob_t
+
         def global_loss(trained: dict, fixed: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(FunctionalNet(glob_t, {**trained, **fixed})(xb), yb)
 
-        global_grads = batched_grads(global_loss, {k: g[k] for k in body}, rest(g), x, y)
-        step(g, global_grads, "global")
-        # (b) the personal extractor, with the teacher's features
+        g = step.g
+        global_grads = batched_grads(
+            global_loss, {k: g[k] for k in step.body}, self.beside_body(step, g), step.x, step.y
+        )
+        self.sgd_on_body(step, g, global_grads, "global")
+        return global_grads
+
+    def personal_extractor_step(self, step: SimpleNamespace) -> dict:
+        """Eq. 5 and 8: the personal extractor steps on cross-entropy with the personal head frozen, plus the
+        transfer term from the teacher's features; through the mixture with mu where personal_step says so."""
+        p, g, w, body, x = self.params, step.g, step.w, step.body, step.x
+        own_t, glob_t = step.own_t, step.glob_t
         teacher = None
         if p.kt_weight > 0:
-            source = view["teacher"] if p.teacher == "received" else g
+            source = step.view["teacher"] if p.teacher == "received" else g
             with torch.no_grad():
-                teacher = per_client(lambda wc, xb: FunctionalNet(teacher_t, wc).body(xb))(source, x)
+                teacher = per_client(lambda wc, xb: FunctionalNet(step.teacher_t, wc).body(xb))(source, x)
         taught = teacher is not None
         teacher = teacher if taught else x.new_zeros(x.shape[0])  # vmap takes tensors only; unread when not taught
         mixes = p.personal_step == "mixture" and p.adaptive_aggregation
-        glob_body = {k: g[k].detach() for k in body}
+        step.glob_body = {k: g[k].detach() for k in body}
+        step.teacher, step.taught = teacher, taught
 
         def personal_loss(
             trained: dict,
@@ -240,17 +272,29 @@ class FedAFK(PartSharing):
                 (net.head, random_head), features, yb, teacher_c if taught else None, vmapped=True
             )
 
-        glob_head = {k: v for k, v in g.items() if k.startswith("head.")}
+        step.glob_head = {k: v for k, v in g.items() if k.startswith("head.")}
         personal_grads = batched_grads(
-            personal_loss, {k: w[k] for k in body}, rest(w), x, y, teacher, mu, glob_body, glob_head
+            personal_loss,
+            {k: w[k] for k in body},
+            self.beside_body(step, w),
+            x,
+            step.y,
+            teacher,
+            step.mu,
+            step.glob_body,
+            step.glob_head,
         )
-        step(w, personal_grads, "main")
-        # (c) mu by the gradient through the mixed extractor, kept in [0, 1]
-        if not p.adaptive_aggregation:
+        self.sgd_on_body(step, w, personal_grads, "main")
+        return personal_grads
+
+    def mixing_weight_step(self, step: SimpleNamespace, personal_grads: dict, global_grads: dict) -> None:
+        """Eq. 6: mu by the gradient of the personal loss through the mixed extractor (or APFL's approximation),
+        kept in [0, 1] with mu_clip."""
+        body, w, g = step.body, step.w, step.g
+        if self.params.mu_gradient == "apfl":  # PFLlib's APFL: <theta_i - theta_G, mu grad_i + (1 - mu) grad_G>
+            self.mu_step(step.view, apfl_mu_grad(w, g, personal_grads, global_grads, body, step.mu))
             return
-        if p.mu_gradient == "apfl":  # PFLlib's APFL: <theta_i - theta_G, mu grad_i + (1 - mu) grad_G>, this batch's
-            self.mu_step(view, apfl_mu_grad(w, g, personal_grads, global_grads, body, mu))
-            return
+        own_t, glob_t, taught = step.own_t, step.glob_t, step.taught
 
         def mu_loss(
             trained: dict,
@@ -274,8 +318,11 @@ class FedAFK(PartSharing):
             )
 
         theta = {k: w[k].detach() for k in body}
-        fixed = {k: v.clone() if k.startswith("body.") else v for k, v in rest(w).items()}  # BatchNorm: a copy
-        self.mu_step(view, batched_grads(mu_loss, {"mu": mu}, theta, fixed, x, y, teacher, glob_body, glob_head)["mu"])
+        fixed = {k: v.clone() if k.startswith("body.") else v for k, v in self.beside_body(step, w).items()}  # BN copy
+        grads = batched_grads(
+            mu_loss, {"mu": step.mu}, theta, fixed, step.x, step.y, step.teacher, step.glob_body, step.glob_head
+        )
+        self.mu_step(step.view, grads["mu"])
 
     def mu_step(self, view: dict, grad: torch.Tensor) -> None:
         """mu moves on this batch's gradient (mu_steps = "batch"), or the gradient is kept for the epoch's one step."""
