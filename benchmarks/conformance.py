@@ -39,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -96,6 +96,8 @@ class Peer:
     ours: dict[str, Any] = field(default_factory=dict)
     final_only: bool = False  # compare the last evaluation alone (PFLlib fine-tunes only after the last round)
     note: str = ""
+    method: str = ""  # pfedkit's method, where the row is a variant of one (the row's name otherwise)
+    pfllib_as: str = ""  # a row whose PFLlib runs are this one's too (the same -algo and flags): read, not run again
 
 
 # in the order runs start (a budget cuts the end first): the baselines the papers' verdicts lean on most come first
@@ -119,6 +121,14 @@ METHODS: dict[str, Peer] = {
     "apfl": Peer("APFL", ("-al", "0.5"), note="PFLlib -al 0.5 (our alpha_init)"),
     "fedala": Peer("FedALA", ("-et", "1", "-s", "80", "-p", "2"), note="defaults agree (-et 1, -s 80, -p 2 stated)"),
     "fedamp": Peer("FedAMP", ("-alk", "1", "-lam", "1", "-sg", "1"), note="defaults agree (stated)"),
+    "fedamp-no-prox": Peer(
+        "FedAMP",
+        ("-alk", "1", "-lam", "1", "-sg", "1"),
+        {"lamda": 1e-9},
+        method="fedamp",
+        pfllib_as="fedamp",
+        note="ours with the proximal term off: PFLlib's FedAMP in effect (its term carries no gradient)",
+    ),
     "fedfomo": Peer(
         "FedFomo",
         ("-M", "5"),
@@ -227,7 +237,7 @@ def pfedkit_config(setting: Setting, data_root: str, method: str, seed: int, rep
         "data": {"dataset": setting.dataset, "root": data_root, "fraction": setting.fraction},
         "partition": {"scheme": "dirichlet", "clients": setting.clients, "beta": setting.beta},
         "model": {"name": "fedavgcnn"},
-        "method": {"name": method, **METHODS[method].ours},
+        "method": {"name": METHODS[method].method or method, **METHODS[method].ours},
         "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005, "join_ratio": 1.0},
         "eval": {"protocol": "pfllib", "every": 1, "point": "start"},
         "run": {"seed": seed, "repeat": repeat, "workers": 1, "checkpoint_every": 5},
@@ -252,6 +262,13 @@ def run_pfedkit(cell: Cell, setting: Setting, args: argparse.Namespace) -> dict[
 
 def run_pfllib(cell: Cell, setting: Setting, args: argparse.Namespace) -> dict[str, Any]:
     from pfedkit.data.federated import build_federated
+
+    same = METHODS[cell.method].pfllib_as
+    if same:  # the same PFLlib run as another row's: its cell, read (run first if it has not)
+        source = replace(cell, method=same)
+        if not source.path(Path(args.out_dir)).exists():
+            run_cells([source], args, Path(args.out_dir))
+        return {**json.loads(source.path(Path(args.out_dir)).read_text()), "read_from": same}
     from pfedkit.registry import build_config
 
     peer = METHODS[cell.method]
@@ -521,6 +538,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not (Path(args.pfllib) / "system" / "main.py").exists():
             parser.error(f"no PFLlib checkout at {args.pfllib} (its system/main.py); give --pfllib DIR")
         seeds = [int(s) for s in args.seeds.split(",")]
+        args.out_dir = str(out)  # where a row reading another row's PFLlib runs finds them
         run_cells(plan_cells([args.setting], args.methods.split(","), seeds), args, out)
     write_table(out, doc)
     print(f"table: {doc}")
