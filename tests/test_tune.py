@@ -93,6 +93,7 @@ def test_search_ranges_are_declared_beside_the_defaults_and_bad_requests_are_nam
         Tuner(build_config(config()), Path("unused"), trials=2, validation=0.0)
 
 
+@pytest.mark.slow
 def test_a_tune_resumes_after_being_killed_and_writes_a_config_run_accepts(tmp_path):
     out = tmp_path / "tune"
     command = [

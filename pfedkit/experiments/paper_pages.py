@@ -71,9 +71,7 @@ def suite_section(suite: Suite, root: Path) -> list[str]:
             if judgement.verdict not in MARKS:
                 continue
             detail = judgement.detail.split("; per seed")[0]
-            lines.append(
-                f"- {claim['text']}: **{judgement.verdict}** ({detail}) `{claim_id(suite, number, label)}`"
-            )
+            lines.append(f"- {claim['text']}: **{judgement.verdict}** ({detail}) `{claim_id(suite, number, label)}`")
         lines.append("")
     return lines
 
