@@ -98,6 +98,7 @@ class Peer:
     note: str = ""
     method: str = ""  # pfedkit's method, where the row is a variant of one (the row's name otherwise)
     pfllib_as: str = ""  # a row whose PFLlib runs are this one's too (the same -algo and flags): read, not run again
+    train: dict[str, Any] = field(default_factory=dict)  # pfedkit's [train] changes, where a row tests a reading
 
 
 # in the order runs start (a budget cuts the end first): the baselines the papers' verdicts lean on most come first
@@ -142,6 +143,15 @@ METHODS: dict[str, Peer] = {
         note="personal lr 0.01 in both (0.09, ours and PFLlib's default, diverges on this CNN at batch 10)",
     ),
     "per-fedavg": Peer("PerAvg", (), {"beta": 0.005}, note="ours beta 0.005: PFLlib's meta step is -lr"),
+    "per-fedavg-2-epochs": Peer(
+        "PerAvg",
+        (),
+        {"beta": 0.005},
+        method="per-fedavg",
+        pfllib_as="per-fedavg",
+        train={"local_epochs": 2},
+        note="ours with 2 local epochs: PFLlib's server trains each client twice a round",
+    ),
     "fedphp": Peer("FedPHP", ("-mu", "0.9", "-lam", "0.05"), note="PFLlib -mu 0.9 (our mu_max), -lam 0.05"),
     "fedproto": Peer("FedProto", ("-lam", "1"), note="PFLlib -lam 1 (our proto_weight)"),
     "fedgh": Peer("FedGH", ("-slr", "0.005"), note="PFLlib -slr 0.005 (our server_lr = train.lr)"),
@@ -238,7 +248,14 @@ def pfedkit_config(setting: Setting, data_root: str, method: str, seed: int, rep
         "partition": {"scheme": "dirichlet", "clients": setting.clients, "beta": setting.beta},
         "model": {"name": "fedavgcnn"},
         "method": {"name": METHODS[method].method or method, **METHODS[method].ours},
-        "train": {"rounds": rounds, "local_epochs": 1, "batch_size": 10, "lr": 0.005, "join_ratio": 1.0},
+        "train": {
+            "rounds": rounds,
+            "local_epochs": 1,
+            "batch_size": 10,
+            "lr": 0.005,
+            "join_ratio": 1.0,
+            **METHODS[method].train,
+        },
         "eval": {"protocol": "pfllib", "every": 1, "point": "start"},
         "run": {"seed": seed, "repeat": repeat, "workers": 1, "checkpoint_every": 5},
     }
