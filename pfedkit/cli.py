@@ -761,10 +761,6 @@ from pfedkit.flower.cli import flower  # noqa: E402  (imports no flwr until a co
 main.add_command(flower)
 
 
-if __name__ == "__main__":
-    main()
-
-
 def program() -> None:
     """The `pfedkit` program (its console script and `python3 -m pfedkit`): `main`, and after a Ctrl-C, out at once.
     The runs have closed what they hold by then; a thread the interrupt left waiting (a worker pool's result reader,
@@ -778,3 +774,7 @@ def program() -> None:
             sys.stderr.flush()
             os._exit(130)
         raise
+
+
+if __name__ == "__main__":
+    program()
