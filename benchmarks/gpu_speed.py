@@ -116,16 +116,29 @@ METHODS = {
 # list. Baselines (per-client, PFLlib) time one round after a warm-up round (2 rounds), except FedAvg's per-client row
 # on cifar10-20, which runs the cohort's 5 rounds so that their accuracies compare.
 PLAN = [
-    ("cifar10-20", "fedavg", 5, ("cohort", "cohort-eager", "cohort-bf16", "per-client", "pfllib", "4-processes")),
+    (
+        "cifar10-20",
+        "fedavg",
+        5,
+        ("cohort", "cohort-grouped", "cohort-eager", "cohort-bf16", "per-client", "pfllib", "4-processes"),
+    ),
     ("cifar10-100", "fedavg", 2, ("cohort", "per-client", "pfllib")),
     ("cifar10-20", "fedavg", 2, ("3-seeds-together", "8-seeds-together", "cohort")),
-    ("cifar10-r18", "fedavg", 2, ("cohort", "per-client")),
+    ("cifar10-r18", "fedavg", 2, ("cohort", "cohort-grouped", "per-client")),
     *[("cifar10-20", m, 2, ("cohort", "per-client", "pfllib")) for m in METHODS if m != "fedavg"],
     ("cifar10-20", "pgfedsplit", 2, ("3-seeds-together", "8-seeds-together")),  # beside its cohort row above
 ]
 TOGETHER = {"3-seeds-together": 3, "8-seeds-together": 8}  # runs packed into one cohort: seeds 0..N-1
-PATHS = ("cohort", "cohort-eager", "cohort-bf16", *TOGETHER, "per-client", "pfllib", "4-processes")
-# cohort: the round's clients as one computation, steps captured as CUDA graphs (run.cohort_step auto); cohort-eager:
+COHORT_PATHS = {  # the cohort's variants: their run settings
+    "cohort": {},
+    "cohort-grouped": {"conv_form": "grouped"},
+    "cohort-eager": {"cohort_step": "eager"},
+    "cohort-bf16": {"precision": "bf16"},
+}
+PATHS = (*COHORT_PATHS, *TOGETHER, "per-client", "pfllib", "4-processes")
+# cohort: the round's clients as one computation, steps captured as CUDA graphs (run.cohort_step auto), each
+# convolution shape in its faster form (run.conv_form auto: the note lists them); cohort-grouped: the same with every
+# convolution vmap's grouped one (the form before run.conv_form, the baseline of the forms' speed-up); cohort-eager:
 # the same with eager steps (what capture saves); cohort-bf16: the cohort with run.precision "bf16" (bfloat16 autocast
 # forward passes; its accuracy after the row's rounds beside float32's); 3-seeds-together: seeds 0, 1, 2 as one cohort
 # (run.together), seconds per round of the three together, against one seed's cohort row (issue 92's target: at most
@@ -172,6 +185,8 @@ def pfedkit_run(
             return {"cut": str(err), **timings(sim.rows, rounds)}
     steps = sim.training_paths()
     note = f"steps: {steps['step_mode']}" if "step_mode" in steps else ""
+    if steps.get("conv_forms"):  # each convolution shape's form, as run.conv_form "auto" chose it
+        note += "; convolutions: " + "; ".join(f"{shape}: {form}" for shape, form in steps["conv_forms"].items())
     if steps.get("capture_failed"):
         note += f" (capture failed: {steps['capture_failed'][:80]})"
     return {**timings(sim.rows, rounds), "batched": trains_in_cohort, "note": note}
@@ -450,9 +465,7 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
         throughput = r.get("samples") / speed if speed and r.get("samples") and r["method"] == "fedavg" else None
         share = throughput / ceilings[r["setting"]] if throughput and r["setting"] in ceilings else None
         compared = {
-            "cohort": ("pfllib", "per-client"),
-            "cohort-eager": ("pfllib", "per-client"),
-            "cohort-bf16": ("pfllib", "per-client"),
+            **{path: ("pfllib", "per-client") for path in COHORT_PATHS},
             "per-client": ("pfllib",),
             "4-processes": ("pfllib", "per-client"),
         }.get(r["path"], ())
@@ -463,6 +476,8 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
         if r["path"] in TOGETHER and speed and base["cohort"]:
             vs[1] = f"{speed / base['cohort']:.2f}x one seed's time"
         note = r.get("cut", "") or r.get("note", "")
+        if r["path"] == "cohort" and speed and base["cohort-grouped"]:  # what the convolution forms gave
+            note = f"{base['cohort-grouped'] / speed:.2f}x cohort-grouped; {note}"
         lines.append(
             f"| {r['setting']} | {r['method']} | {r['path']} | {r.get('rounds', '-')} | {fmt(speed, 3)} | "
             f"{fmt(r.get('eval_s'), 3)} | {fmt(r.get('acc'), 4)} | {fmt(throughput, 0)} | "
@@ -542,7 +557,7 @@ def main() -> None:
         fed = feds[setting_name]
         samples = int(fed.train_sizes().sum())
         for path in paths:
-            rounds = cohort_rounds if path in ("cohort", "cohort-eager", "cohort-bf16", *TOGETHER) else 2
+            rounds = cohort_rounds if path in (*COHORT_PATHS, *TOGETHER) else 2
             if (setting_name, method, path) == ("cifar10-20", "fedavg", "per-client") and cohort_rounds == 5:
                 rounds = 5  # the accuracy after 5 rounds, beside the cohort's
             row = {"setting": setting_name, "method": method, "path": path, "rounds": rounds, "samples": samples}
@@ -575,8 +590,7 @@ def main() -> None:
                 )
             else:
                 cohort = "off" if path == "per-client" else "on"
-                steps = {"cohort-eager": {"cohort_step": "eager"}, "cohort-bf16": {"precision": "bf16"}}.get(path, {})
-                row.update(pfedkit_run(setting, fed, args, method, rounds, cohort, clock, **steps))
+                row.update(pfedkit_run(setting, fed, args, method, rounds, cohort, clock, **COHORT_PATHS.get(path, {})))
                 if not row.pop("batched", True) and path != "per-client":
                     row["note"] = "not batched: one client at a time (the per-client path)"
             results.append(row)

@@ -51,7 +51,7 @@ mkdir -p "$out"
 trap 'tar czf "$OUT/gpu_speed.tgz" "$out"' EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/nvidia_smi.txt" 2>&1
 # first the cohort's equality checks on the GPU (tests/test_cohort.py's gpu-marked ones), then the side-by-side
-timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cohort.py > "$out/pytest_gpu.txt" 2>&1
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cohort.py tests/test_conv_forms.py > "$out/pytest_gpu.txt" 2>&1
 tail -n 2 "$out/pytest_gpu.txt"
 python3 benchmarks/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-400}" --out "$out" "${@:2}" 2>&1 \
     | tee "$out/log.txt"

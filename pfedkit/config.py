@@ -140,6 +140,10 @@ class RunSection(Section):
     # how a cohort runs its steps: "auto" captures each repeated step shape once as a CUDA graph on a GPU and replays
     # it (a step that cannot be captured runs eagerly; summary.json says which ran), eager elsewhere
     cohort_step: Literal["auto", "eager", "cuda-graph"] = "auto"
+    # the form of a cohort step's convolutions (engine/conv_forms.py): "auto" times, on a GPU, vmap's grouped
+    # convolution against unfold + batched matmul once per layer shape and keeps the faster (summary.json lists
+    # them); "grouped" or "unfold" for every layer. The forms agree to float rounding; off a GPU "auto" is "grouped"
+    conv_form: Literal["auto", "grouped", "unfold"] = "auto"
     # the arithmetic of local training's forward passes: "bf16" runs them under torch.autocast in bfloat16 (faster
     # on a GPU's tensor cores, other numbers; gradients and weights stay float32), for methods whose training is a
     # plan; "float32" as written
@@ -311,6 +315,7 @@ PLACEMENT_KEYS = (
     "run.cohort",
     "run.cohort_size",
     "run.cohort_step",
+    "run.conv_form",
     "run.together",
     "method.module",
 )

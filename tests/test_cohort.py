@@ -133,15 +133,18 @@ def test_a_cohort_gives_the_replies_and_states_of_one_client_at_a_time(name, ima
     check_cohort_against_one_client_at_a_time(name, images, torch.device("cpu"))
 
 
-def check_cohort_against_one_client_at_a_time(name: str, images: bool, device: torch.device) -> None:
+def check_cohort_against_one_client_at_a_time(
+    name: str, images: bool, device: torch.device, conv_form: str = "grouped"
+) -> Cohort:
     """Replies and states of a cohort equal those of one client at a time; on a GPU the data, models and seeded
-    draws live there (as in a simulation on it)."""
+    draws live there (as in a simulation on it). The cohort, for what it recorded."""
     with device:
         method = method_for(name, images)
         fed = federation(images).to(device)
         tasks = round_tasks(method, fed, round=2)
         want = {t.cid: local_update(method, t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
-        got = dict(Cohort(method, fed).train(tasks))
+        cohort = Cohort(method, fed, conv_form=conv_form)
+        got = dict(cohort.train(tasks))
     assert set(got) == set(want)
     for cid, (reply, state, after) in got.items():
         assert after is None
@@ -155,6 +158,7 @@ def check_cohort_against_one_client_at_a_time(name: str, images: bool, device: t
             if k in start and torch.is_floating_point(start[k]) and not torch.equal(want[cid][0][k], start[k])
         ]
         assert moved or not want[cid][0].keys() - {"num_samples"}, "the round must train something to compare"
+    return cohort
 
 
 @pytest.mark.parametrize(

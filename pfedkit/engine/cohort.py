@@ -31,6 +31,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from pfedkit.engine.client_step import after_update, begin_update
+from pfedkit.engine.conv_forms import ConvForms
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
 from pfedkit.methods.base import Method, compute_features, part_of
@@ -148,10 +149,11 @@ class StepRunner:
 
     MODES = ("eager", "cuda-graph", "replay")
 
-    def __init__(self, mode: str = "eager"):
+    def __init__(self, mode: str = "eager", conv_forms: Optional[ConvForms] = None):
         if mode not in self.MODES:
             raise ValueError(f"unknown cohort step mode {mode!r}; modes: {', '.join(self.MODES)}")
         self.mode = mode
+        self.conv_forms = conv_forms or ConvForms()
         self.captured: dict[Any, tuple[Any, torch.Tensor, torch.Tensor, Callable, dict]] = {}
         self.seen: Counter = Counter()
         self.refused: set = set()
@@ -219,7 +221,7 @@ class StepRunner:
         out: dict[str, Any] = {"step_mode": self.mode, **{f"steps_{k}": v for k, v in sorted(self.counts.items())}}
         if self.failure:
             out["capture_failed"] = self.failure
-        return out
+        return {**out, **self.conv_forms.record()}
 
 
 @contextlib.contextmanager
@@ -267,10 +269,12 @@ class Cohort:
     """Runs one run's plans and evaluations for many clients at once, on the device its data are on; with
     `train_together`, several runs' clients at once."""
 
-    def __init__(self, method: Method, fed: Any, cohort_size: int = 0, step_mode: str = "eager"):
+    def __init__(
+        self, method: Method, fed: Any, cohort_size: int = 0, step_mode: str = "eager", conv_form: str = "grouped"
+    ):
         self.method, self.fed, self.cohort_size = method, fed, cohort_size
         self.device = fed.train_x.device
-        self.runner = StepRunner(step_mode)
+        self.runner = StepRunner(step_mode, ConvForms(conv_form, self.device))
         self.arena = Arena()
         self._pools: dict[tuple[int, ...], tuple[list, torch.Tensor, torch.Tensor]] = {}
         self.paths: Counter = Counter()  # clients trained by path this run: "cohort", "one at a time (reason)"
@@ -382,7 +386,8 @@ class Cohort:
         if key is not None:  # the buffers the step reads and writes: a captured step is bound to them
             key = (key, tuple(t.data_ptr() for part in state.values() for t in part.values()))
         views: dict[tuple[int, int], dict] = {}
-        with no_device_mode(), runner.scope():
+        forms = runner.conv_forms
+        with no_device_mode(), runner.scope(), forms.active():
             for groups, x_piece, y_piece, first in layout.pieces(pool_x, pool_y):
                 form = (tuple(x_piece.shape[1:]), x_piece.dtype)
                 for group in groups:
@@ -397,6 +402,8 @@ class Cohort:
                         }
                     step_key = None if key is None else (key, form, group.start, group.stop, group.size)
                     runner.run(step_key, step, views[span], x, y)
+                    if forms.pending:  # shapes met for the first time: their forms timed before the next step
+                        forms.settle(count, group.size, x.device)
 
     def run_phase(
         self, weights: dict[str, torch.Tensor], phases: list[Phase], slots: list[Slot], pool_x, pool_y

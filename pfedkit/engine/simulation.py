@@ -493,7 +493,13 @@ class Simulation(RoundLoop):
             )
             self.executor: Optional[Executor] = None
             self.cohort = (
-                Cohort(self.method, self.fed, self.config.run.cohort_size, step_mode(self.config.run, self.device))
+                Cohort(
+                    self.method,
+                    self.fed,
+                    self.config.run.cohort_size,
+                    step_mode(self.config.run, self.device),
+                    self.config.run.conv_form,
+                )
                 if cohort_settings(self.config.run, self.device)
                 else None
             )
