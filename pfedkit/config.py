@@ -136,7 +136,9 @@ class RunSection(Section):
     # simulation in one process, "on" anywhere (for tests; slower on a CPU), "off" one client at a time; methods
     # without the batchable form (`pfedkit methods` says which) always go one client at a time
     cohort: Literal["auto", "on", "off"] = "auto"
-    cohort_size: int = Field(0, ge=0)  # clients trained together at most (memory); 0 = all the round's clients
+    # clients one cohort step stacks at most (memory); 0 = all the round's clients; "auto": on a GPU 1, 2 and 4
+    # chunks of the round's clients each timed and the fastest kept (engine/chunk_sizes.py), all at once elsewhere
+    cohort_size: Union[Literal["auto"], int] = "auto"
     # how a cohort runs its steps: "auto" captures each repeated step shape once as a CUDA graph on a GPU and replays
     # it (a step that cannot be captured runs eagerly; summary.json says which ran), eager elsewhere
     cohort_step: Literal["auto", "eager", "cuda-graph"] = "auto"
@@ -157,6 +159,13 @@ class RunSection(Section):
     # trackers that also get every round's metrics, the config and the curves (optional extras: pip install -e
     # ".[tracking]"); W&B runs offline, into the run folder, unless you are logged in (`wandb login`)
     log_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
+
+    @field_validator("cohort_size")
+    @classmethod
+    def _clients_or_auto(cls, value: Any) -> Any:
+        if value != "auto" and value < 0:
+            raise ValueError("cohort_size is a number of clients (0: all of the round's) or 'auto'")
+        return value
 
     @field_validator("device")
     @classmethod

@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pfedkit.data.federated import FederatedDataset
 from pfedkit.engine import local_update
+from pfedkit.engine.chunk_sizes import ChunkSizes
 from pfedkit.engine.cohort import Cohort, runs_of_sizes
 from pfedkit.engine.evaluation import evaluate_model
 from pfedkit.engine.workers import Task
@@ -208,6 +209,27 @@ def test_clients_in_chunks_give_the_same_as_one_cohort():
     for cid in whole:
         assert_states_close(chunked[cid][0], whole[cid][0], f"client {cid}")
         assert_states_close(chunked[cid][1], whole[cid][1], f"client {cid} state (its personal head)")
+
+
+def test_auto_chunks_try_each_split_of_the_clients_and_keep_the_fastest_with_equal_numbers():
+    method, fed = method_for("fedper", images=True), federation(True)
+    tasks = round_tasks(method, fed, round=0)
+    whole = dict(Cohort(method, fed).train(tasks))
+    cohort = Cohort(method, fed)
+    seconds = iter([0, 10, 10, 20, 20, 25, 25, 30, 30, 38, 38, 46])  # rounds of 10, 10, 5, 5, 8, 8 seconds
+    cohort.chunks = ChunkSizes("auto", clock=lambda: next(seconds))
+    stacked = []
+    real = cohort.run_plans
+    cohort.run_plans = lambda slots: stacked.append(len(slots)) or real(slots)
+    for round in range(7):
+        got = dict(cohort.train(tasks))
+        for cid in whole:
+            assert_states_close(got[cid][0], whole[cid][0], f"round {round} client {cid}")
+    # 4 clients: 1 chunk of 4 (two rounds), 2 of 2 (two rounds), 4 of 1 (two rounds), then 2 chunks, the fastest
+    assert stacked == [4, 4, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2]
+    assert cohort.chunks.chosen == 2
+    assert cohort.record()["cohort_size"].startswith("auto: 2 chunks (1 chunk ")
+    assert ChunkSizes("auto", device=torch.device("cpu")).size(9) == 9, "off a GPU: all at once, nothing timed"
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedper", "ditto", "local", "fedpac", "pgfedsplit"])

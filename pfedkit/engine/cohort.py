@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
+from pfedkit.engine.chunk_sizes import ChunkSizes
 from pfedkit.engine.client_step import after_update, begin_update
 from pfedkit.engine.conv_forms import ConvForms
 from pfedkit.errors import ConfigError, PfedkitError
@@ -270,10 +271,11 @@ class Cohort:
     `train_together`, several runs' clients at once."""
 
     def __init__(
-        self, method: Method, fed: Any, cohort_size: int = 0, step_mode: str = "eager", conv_form: str = "grouped"
+        self, method: Method, fed: Any, cohort_size: Any = 0, step_mode: str = "eager", conv_form: str = "grouped"
     ):
-        self.method, self.fed, self.cohort_size = method, fed, cohort_size
+        self.method, self.fed = method, fed
         self.device = fed.train_x.device
+        self.chunks = ChunkSizes(cohort_size, self.device)  # clients per step (run.cohort_size)
         self.runner = StepRunner(step_mode, ConvForms(conv_form, self.device))
         self.arena = Arena()
         self._pools: dict[tuple[int, ...], tuple[list, torch.Tensor, torch.Tensor]] = {}
@@ -298,6 +300,10 @@ class Cohort:
             tuple((k, tuple(v.shape), v.dtype) for k, v in method.model.state_dict().items()),
             self.device,
         )
+
+    def record(self) -> dict[str, Any]:
+        """How its steps ran, for the run's summary: the step mode and counts, the convolution forms, the chunks."""
+        return {**self.runner.record(), **self.chunks.record()}
 
     # ---- training ----
     def train(self, tasks: list[Any]) -> Iterator[tuple[int, tuple[State, State, Any]]]:
@@ -536,7 +542,7 @@ class Cohort:
         """(cid, (correct, summed cross-entropy, samples)) of each client's personalized model on its test split."""
         method, round = self.method, tasks[0].round if tasks else 0
         tasks = sorted(tasks, key=lambda t: t.cid)
-        size = self.cohort_size or len(tasks) or 1
+        size = self.chunks.fixed_size(len(tasks))
         for start in range(0, len(tasks), size):
             chunk = tasks[start : start + size]
             states = []
@@ -605,9 +611,10 @@ def train_together(
                 )
             key = (signatures[index], tuple(p.shape() for p in plan.phases))
             groups[key].append((index, Slot(cohort, task, data, plan)))
+    lead.chunks.begin_round()
     for members in groups.values():  # clients whose plans differ only in their tensors train together
         members.sort(key=lambda m: (-m[1].data.num_train, m[0], m[1].task.cid))  # the active ones: a prefix
-        size = lead.cohort_size or len(members)
+        size = lead.chunks.size(len(members))
         for start in range(0, len(members), size):
             chunk = members[start : start + size]
             trained = lead.run_plans([slot for _, slot in chunk])
@@ -615,6 +622,7 @@ def train_together(
                 reply, state = slot.method.plan_result(weights, slot.plan, slot.data, slot.task.round)
                 results[index][slot.task.cid] = (reply, state, slot.run.after_local(slot.task, reply, state, slot.data))
                 slot.run.paths["cohort"] += 1
+    lead.chunks.end_round(sum(slot.data.num_train for members in groups.values() for _, slot in members))
     for index in range(len(runs)):
         for cid in sorted(results[index]):
             yield index, cid, results[index][cid]

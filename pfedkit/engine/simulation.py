@@ -656,11 +656,11 @@ class Simulation(RoundLoop):
         if getattr(self, "executor_described", None) and set(counts["paths"]) - {"cohort"}:
             record["executor"] = self.executor_described  # where the clients not in a cohort trained
         if self.cohort is not None and counts["paths"].get("cohort"):
-            runner = self.cohort.runner
+            cohort = self.cohort
             if self.together is not None and self.together.group.lead is not None:
-                runner = self.together.group.lead.runner  # one stacked step served every run of the group
+                cohort = self.together.group.lead  # one stacked step served every run of the group
                 record["trained_together"] = self.together.group.size
-            record.update(runner.record())
+            record.update(cohort.record())
         if self.device.type == "cuda":
             # torch lets cuDNN convolutions round to TF32 by default: the numbers then differ from a CPU's
             record["tf32"] = {
