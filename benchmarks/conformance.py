@@ -38,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -514,8 +515,30 @@ def table_text(out: Path) -> str:
         "",
     ]
     lines += [f"- **{method}**: {text}." for method, text in PFLLIB_READ.items()]
-    lines.append("")
+    lines += ["", *authors_sections(out.parent / "authors")]
     return "\n".join(lines)
+
+
+AUTHORS_NOTE = (
+    "The papers' own released code, run unchanged from a checkout in the ignored `.peers/`, beside pfedkit's method "
+    "step by step: one client's update and one aggregation on a tiny model, from the same weights, on the same "
+    "batches, with the same hyper-parameters. FedAFK and PGFedSplit have no public code (searched: repository names, "
+    "file names, the titles); HEART-PFL's and FedPAC's are checked here. Each section is written by its script "
+    "(`benchmarks/authors_*.py`) into `benchmarks/results/authors/`."
+)
+
+
+def authors_sections(folder: Path) -> list[str]:
+    """The authors'-code sections (benchmarks/results/authors/*.md), their headings one level down."""
+    pages = sorted(folder.glob("*.md")) if folder.is_dir() else []
+    if not pages:
+        return []
+    lines = ["## The authors' code", "", *textwrap.wrap(AUTHORS_NOTE, 116), ""]
+    for page in pages:
+        text = page.read_text().strip("\n")
+        lines += [("#" + line if line.startswith("## ") else line) for line in text.splitlines()]
+        lines.append("")
+    return lines
 
 
 def write_table(out: Path, doc: Path, plots: bool = True) -> None:
