@@ -122,7 +122,7 @@ PLAN = [
         5,
         ("cohort", "cohort-grouped", "cohort-eager", "cohort-bf16", "per-client", "pfllib", "4-processes"),
     ),
-    ("cifar10-100", "fedavg", 2, ("cohort", "per-client", "pfllib")),
+    ("cifar10-100", "fedavg", 2, ("cohort", "cohort-chunks-50", "cohort-chunks-20", "per-client", "pfllib")),
     ("cifar10-20", "fedavg", 2, ("3-seeds-together", "8-seeds-together", "cohort")),
     ("cifar10-r18", "fedavg", 2, ("cohort", "cohort-grouped", "per-client")),
     *[("cifar10-20", m, 2, ("cohort", "per-client", "pfllib")) for m in METHODS if m != "fedavg"],
@@ -134,11 +134,15 @@ COHORT_PATHS = {  # the cohort's variants: their run settings
     "cohort-grouped": {"conv_form": "grouped"},
     "cohort-eager": {"cohort_step": "eager"},
     "cohort-bf16": {"precision": "bf16"},
+    "cohort-chunks-50": {"cohort_size": 50},
+    "cohort-chunks-20": {"cohort_size": 20},
 }
 PATHS = (*COHORT_PATHS, *TOGETHER, "per-client", "pfllib", "4-processes")
 # cohort: the round's clients as one computation, steps captured as CUDA graphs (run.cohort_step auto), each
 # convolution shape in its faster form (run.conv_form auto: the note lists them); cohort-grouped: the same with every
-# convolution vmap's grouped one (the form before run.conv_form, the baseline of the forms' speed-up); cohort-eager:
+# convolution vmap's grouped one (the form before run.conv_form, the baseline of the forms' speed-up); cohort-chunks-N:
+# the round's clients in steps of N (run.cohort_size; "auto" tries 1, 2 and 4 chunks over its first 6 rounds, more
+# than a 2-round row runs, so these rows show the choice it makes); cohort-eager:
 # the same with eager steps (what capture saves); cohort-bf16: the cohort with run.precision "bf16" (bfloat16 autocast
 # forward passes; its accuracy after the row's rounds beside float32's); 3-seeds-together: seeds 0, 1, 2 as one cohort
 # (run.together), seconds per round of the three together, against one seed's cohort row (issue 92's target: at most

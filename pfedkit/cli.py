@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -175,6 +176,11 @@ def describe_training(record: dict) -> str:
         line += f"; cohort steps: {record['step_mode']} ({steps})"
         if "trained_together" in record:
             line += f", shared by {record['trained_together']} runs trained as one"
+    if forms := record.get("conv_forms"):  # run.conv_form "auto": the form each convolution shape took
+        taken = Counter(choice.split(" ", 1)[0] for choice in forms.values())
+        line += "; convolutions " + ", ".join(f"{n} {form}" for form, n in sorted(taken.items()))
+    if "cohort_size" in record:
+        line += f"; clients per step {record['cohort_size']}"
     if "capture_failed" in record:
         line += f"; capture failed, eager instead: {record['capture_failed']}"
     if tf32 := [part for part, allowed in record.get("tf32", {}).items() if allowed]:

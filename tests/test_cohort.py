@@ -570,17 +570,17 @@ def test_on_a_gpu_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it
 
 
 def test_the_cohort_path_is_the_default_on_a_gpu_and_never_on_a_cpu():
-    from pfedkit.engine.cohort import cohort_settings
+    from pfedkit.engine.placement import cohort_path
 
     def run(**values):
         return synthetic(run=values).run
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert cohort_settings(run(device="cuda"), cuda)
-    assert not cohort_settings(run(), cpu)
-    assert not cohort_settings(run(device="cuda", gpus_per_worker=0.25), cpu)  # GPU-sharing worker processes
-    assert not cohort_settings(run(device="cuda", cohort="off"), cuda)
-    assert cohort_settings(run(cohort="on"), cpu)
+    assert cohort_path(run(device="cuda"), cuda)
+    assert not cohort_path(run(), cpu)
+    assert not cohort_path(run(device="cuda", gpus_per_worker=0.25), cpu)  # GPU-sharing worker processes
+    assert not cohort_path(run(device="cuda", cohort="off"), cuda)
+    assert cohort_path(run(cohort="on"), cpu)
 
 
 def test_bf16_precision_trains_under_autocast_on_both_paths_and_is_refused_for_code_methods(tmp_path):

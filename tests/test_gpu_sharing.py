@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from pfedkit.data.federated import build_federated
+from pfedkit.engine.placement import driver_device, placement
 from pfedkit.engine.simulation import make_method, simulate
-from pfedkit.engine.workers import Executor, Task, driver_device
+from pfedkit.engine.workers import Executor, Task
 from pfedkit.errors import ConfigError
 from pfedkit.io import read_csv
 from tests.test_engine import REPO, synthetic
@@ -69,6 +70,21 @@ def test_gpu_shares_without_a_gpu_device_or_on_ray_without_shares_are_config_err
     with pytest.raises(ConfigError, match=r"run.gpus_per_worker.*less than or equal to 1"):
         synthetic(run={"gpus_per_worker": 1.5})
     assert driver_device(synthetic(run={"backend": "ray", "device": "cuda", "gpus_per_worker": 0.25}).run).type == "cpu"
+
+
+def test_one_placement_says_where_each_part_of_a_run_goes():
+    place = placement(synthetic(run={"workers": 3}).run)
+    assert (place.driver.type, place.executor, place.workers, place.worker_device) == ("cpu", "local", 3, "cpu")
+    assert not place.cohort and not place.together and place.describe() == "local executor"
+    batched = placement(synthetic(run={"cohort": "on"}).run)
+    assert batched.cohort and batched.together and batched.step_mode == "eager"
+    assert batched.describe() == "cohort on cpu (steps eager); clients it cannot batch: local executor"
+    assert not placement(synthetic(run={"cohort": "on", "together": "off"}).run).together
+    ray = placement(synthetic(run={"backend": "ray", "device": "cuda", "gpus_per_worker": 0.25}).run)
+    assert (ray.driver.type, ray.executor, ray.worker_device, ray.cohort) == ("cpu", "ray", "cuda", False)
+    assert ray.describe() == "ray executor on cuda"
+    with pytest.raises(ConfigError, match="cohort_step = 'cuda-graph' needs a CUDA device"):
+        placement(synthetic(run={"cohort": "on", "cohort_step": "cuda-graph"}).run)
 
 
 @pytest.mark.gpu

@@ -33,7 +33,7 @@ from torch.func import functional_call, vmap
 from pfedkit.engine.chunk_sizes import ChunkSizes
 from pfedkit.engine.client_step import after_update, begin_update
 from pfedkit.engine.conv_forms import ConvForms
-from pfedkit.errors import ConfigError, PfedkitError
+from pfedkit.errors import PfedkitError
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
 from pfedkit.methods.base import Method, compute_features, part_of
 from pfedkit.methods.functional import FunctionalNet, per_client, sgd_step
@@ -626,22 +626,3 @@ def train_together(
     for index in range(len(runs)):
         for cid in sorted(results[index]):
             yield index, cid, results[index][cid]
-
-
-def cohort_settings(run: Any, device: torch.device) -> bool:
-    """Whether a run trains in cohorts: run.cohort "on", or "auto" on a GPU with the simulation in one process."""
-    if run.cohort == "auto":
-        return device.type == "cuda" and run.backend == "local" and not run.gpus_per_worker
-    return run.cohort == "on"
-
-
-def step_mode(run: Any, device: torch.device) -> str:
-    """How the cohort runs its steps (run.cohort_step): "auto" captures them as CUDA graphs on a GPU."""
-    if run.cohort_step == "auto":
-        return "cuda-graph" if device.type == "cuda" else "eager"
-    if run.cohort_step == "cuda-graph" and device.type != "cuda":
-        raise ConfigError(
-            f"run.cohort_step = 'cuda-graph' needs a CUDA device, and run.device is {run.device!r}; "
-            "use 'auto' (graphs on a GPU, eager elsewhere) or 'eager'"
-        )
-    return run.cohort_step

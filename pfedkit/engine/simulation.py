@@ -17,7 +17,7 @@ from pfedkit.config import Config, save_config
 from pfedkit.data.federated import FederatedDataset, build_federated
 from pfedkit.data.sources import resolve_data_root
 from pfedkit.engine.client_states import SpilledStates
-from pfedkit.engine.cohort import Cohort, cohort_settings, step_mode
+from pfedkit.engine.cohort import Cohort
 from pfedkit.engine.divergence import Diverged, check_finite, likely_fix, nonfinite_keys
 from pfedkit.engine.evaluation import (
     evaluated_clients,
@@ -27,6 +27,7 @@ from pfedkit.engine.evaluation import (
     summarize_round,
     summarize_run,
 )
+from pfedkit.engine.placement import placement
 from pfedkit.engine.replies import RoundReplies, message_bytes
 from pfedkit.engine.store import (
     CHECKPOINT,
@@ -38,7 +39,7 @@ from pfedkit.engine.store import (
     verify_data,
 )
 from pfedkit.engine.together import Member
-from pfedkit.engine.workers import Executor, Task, driver_device, make_executor
+from pfedkit.engine.workers import Executor, Task, make_executor
 from pfedkit.errors import PfedkitError
 from pfedkit.io import atomic_write_csv, atomic_write_json, remove_stale_temporaries
 from pfedkit.methods.base import Method, named_by
@@ -477,7 +478,8 @@ class Simulation(RoundLoop):
     def __init__(self, config: Config, out: str | Path, options: Optional[RunOptions] = None, **fields: Any):
         options = (options or RunOptions()).with_(**fields)
         together = options.together
-        self.device = driver_device(config.run)
+        self.placement = placement(config.run)
+        self.device = self.placement.driver
         super().__init__(config, out, options)
         try:
             fed = options.fed or build_federated(self.config)
@@ -492,15 +494,16 @@ class Simulation(RoundLoop):
                 else None
             )
             self.executor: Optional[Executor] = None
+            self.executor_described: Optional[str] = None  # the executor's own words, once a session opened it
             self.cohort = (
                 Cohort(
                     self.method,
                     self.fed,
                     self.config.run.cohort_size,
-                    step_mode(self.config.run, self.device),
+                    self.placement.step_mode,
                     self.config.run.conv_form,
                 )
-                if cohort_settings(self.config.run, self.device)
+                if self.placement.cohort
                 else None
             )
             # with other runs of its group as one cohort (engine/together.py), when it trains in a cohort at all
@@ -544,19 +547,17 @@ class Simulation(RoundLoop):
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
-        run = self.config.run
-        workers = run.workers if self.device.type == "cpu" else 1  # the whole run on one GPU: in this process
-        worker_device = run.device if run.gpus_per_worker or run.backend == "ray" else "cpu"
+        place = self.placement
         with (
             self.device_scope(),
             make_executor(
-                run.backend,
+                place.executor,
                 self.method,
                 self.fed,
-                workers,
-                address=run.ray_address,
-                worker_device=worker_device,
-                gpus_per_worker=run.gpus_per_worker,
+                place.workers,
+                address=self.config.run.ray_address,
+                worker_device=place.worker_device,
+                gpus_per_worker=place.gpus_per_worker,
             ) as executor,
         ):
             self.executor = executor
@@ -652,8 +653,8 @@ class Simulation(RoundLoop):
     def training_paths(self) -> dict[str, Any]:
         """How the clients of this run trained: by path, and the cohort's step mode and what it ran."""
         counts = self.training_counts()
-        record: dict[str, Any] = {"paths": counts["paths"]}
-        if getattr(self, "executor_described", None) and set(counts["paths"]) - {"cohort"}:
+        record: dict[str, Any] = {"paths": counts["paths"], "placement": self.placement.describe()}
+        if self.executor_described and set(counts["paths"]) - {"cohort"}:
             record["executor"] = self.executor_described  # where the clients not in a cohort trained
         if self.cohort is not None and counts["paths"].get("cohort"):
             cohort = self.cohort

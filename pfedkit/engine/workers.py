@@ -27,7 +27,7 @@ import torch
 from pfedkit.engine.client_step import evaluate_client
 from pfedkit.engine.lifeline import die_with_parent
 from pfedkit.engine.plans import train_client
-from pfedkit.errors import ConfigError, PfedkitError
+from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
 from pfedkit.records import State
 
@@ -271,42 +271,3 @@ class Executor:
 
 
 BACKENDS["local"] = Executor
-
-
-def run_device(name: str) -> torch.device:
-    """The run's device; a GPU this torch cannot use is a configuration error, raised before any training."""
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"run.device = {name!r}, but this torch ({torch.__version__}) sees no CUDA device; run on a "
-                'machine with an NVIDIA GPU and a CUDA build of torch, or set run.device = "cpu"'
-            )
-        if (device.index or 0) >= torch.cuda.device_count():
-            raise ConfigError(
-                f"run.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
-            )
-    return device
-
-
-def driver_device(run: Any) -> torch.device:
-    """Where the driver keeps the data and aggregates: run.device when the whole simulation runs in this process on one
-    GPU; else the CPU, and the workers (GPU-sharing processes or Ray actors) compute on run.device."""
-    on_gpu = run.device != "cpu"
-    if run.backend == "ray":
-        if on_gpu and not run.gpus_per_worker:
-            raise ConfigError(
-                f"run.device = {run.device!r} on Ray needs run.gpus_per_worker > 0 (e.g. 0.25), so that Ray "
-                'gives each actor a share of a GPU; or set run.device = "cpu"'
-            )
-        return torch.device("cpu")
-    device = run_device(run.device)
-    if run.gpus_per_worker:
-        if not on_gpu:
-            raise ConfigError(
-                f"run.gpus_per_worker = {run.gpus_per_worker} shares a GPU among worker processes, but "
-                'run.device = "cpu"; set run.device = "cuda", or leave run.gpus_per_worker at 0'
-            )
-        return torch.device("cpu")
-    return device

@@ -17,10 +17,9 @@ from typing import Any, Callable, Optional, Sequence
 from pfedkit.config import Config, merge, parse_override
 from pfedkit.data.federated import build_federated
 from pfedkit.data.sources import content_checksum, load_dataset
-from pfedkit.engine.cohort import cohort_settings
 from pfedkit.engine.divergence import Diverged
+from pfedkit.engine.placement import placement
 from pfedkit.engine.store import CHECKPOINT
-from pfedkit.engine.workers import driver_device
 from pfedkit.errors import ConfigError, DataError
 from pfedkit.experiments.runs import run_experiment
 from pfedkit.io import read_json
@@ -201,7 +200,7 @@ def check_reused_data(
 def together_key(config: Config) -> Optional[str]:
     """Runs with the same key train as one cohort: the same config but the seed (and repeat), on the cohort path;
     None for a run that trains alone."""
-    if config.run.together == "off" or not cohort_settings(config.run, driver_device(config.run)):
+    if not placement(config.run).together:
         return None
     if not method_class(config.method.name, config.method.module).capabilities().plan:  # one client at a time
         return None
