@@ -33,11 +33,11 @@ from report import emit  # noqa: E402
 
 import pfedkit.engine.simulation as simulation  # noqa: E402
 from pfedkit.engine import cohort as cohort_module  # noqa: E402
+from pfedkit.experiments.cells import cell_config  # noqa: E402
 from pfedkit.experiments.pipeline import method_config  # noqa: E402
-from pfedkit.experiments.reproduce import cell_config  # noqa: E402
 from pfedkit.experiments.runs import run_experiment  # noqa: E402
-from pfedkit.experiments.suites import SUITES  # noqa: E402
 from pfedkit.models.base import SplitModel  # noqa: E402
+from pfedkit.papers.suites import SUITES  # noqa: E402
 
 SUITE, COLUMN = "pgfedsplit-cifar", "c10-dir1"
 

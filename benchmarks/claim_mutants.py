@@ -1,4 +1,4 @@
-"""Issue 61's mutants of the claim rules: each weakens one rule of pfedkit/experiments/claims.py (or of the code that
+"""Issue 61's mutants of the claim rules: each weakens one rule of pfedkit/papers/claims.py (or of the code that
 reads the floors and checks the suites' claims) the way the issue's holes did, or removes it, and the unit tests of
 tests/test_claims.py must catch it. For each mutant the script copies the package to a scratch folder, applies the
 change there, runs the rule tests against that copy and prints which tests failed; a mutant no test catches is
@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-RULES = "pfedkit/experiments/claims.py"
+RULES = "pfedkit/papers/claims.py"
 NOT_RULE_TESTS = "not document and not prose and not claims_command"
 
 # name -> (what the mutant does, the text it replaces, what it puts there[, the file, claims.py unless named])
@@ -258,14 +258,14 @@ MUTANTS = {
         "rule 3: a borrowed floor bounds a suite of another setting",
         '    unlike = borrowed_differences(suite, source, scale) if source is not suite else ""\n',
         '    unlike = ""\n',
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M46": (
         "rule 3: a floor's runs compared with the suite on the keys it states only (a changed default passes)",
         '        if key.split(".")[0] in SETTING_SECTIONS and (key not in PLACEMENT_KEYS or key == PRETRAINED)\n',
         '        if key.split(".")[0] in SETTING_SECTIONS and (key not in PLACEMENT_KEYS or key == PRETRAINED)'
         " and key in flat(raw)\n",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M47": (
         "the table: one misfiled or unreadable run stops every line (no per-claim error line)",
@@ -276,7 +276,7 @@ MUTANTS = {
         "suites: a claim that judges nothing (a row against itself, a margin of 0, a row outside the suite) accepted",
         "        problem = claim_problem(claim, kind, columns, rows)\n",
         '        problem = ""\n',
-        "pfedkit/experiments/suites.py",
+        "pfedkit/papers/suites.py",
     ),
     "M49": (
         "rule 3: a judged run made at another setting than its cell's (another scale, column) is read",
@@ -328,25 +328,25 @@ MUTANTS = {
         "the table: a not-run line asks to run rows that finished or diverged",
         "if not ended_by_diverging(judged_on, c, r) and not finished_runs(judged_on.out / c, r)",
         "if True",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M59": (
         "owed seeds: a command printed where every seed has ended (diverged runs are not run again)",
-        '        if ended and all({f"seed{n}" for n in range(LEADING_SEEDS)} <= seeds for seeds in ended.values()):',
+        '        if ended and all({f"seed{n}" for n in range(target)} <= seeds for seeds in ended.values()):',
         "        if False:",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M60": (
         "the table: a damaged file the floor reads (a noise run's summary, any run's config) stops the table",
         "    except PfedkitError as err:\n        return Evidence(",
         "    except ZeroDivisionError as err:\n        return Evidence(",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M61": (
         "rule 3: a floor borrowed from a suite that borrows its own (a chain, or itself) read as if measured",
         '        if source is suite or (source.noise and "suite" in source.noise):',
         "        if False:",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M62": (
         "within: columns that ran on other seeds only reported as not run",
@@ -357,7 +357,7 @@ MUTANTS = {
         "the table: a not-run line lists every row of the claim, also those that ran (the cells missing aside)",
         "    cells = claim_cells(claim) if missing is None else list(missing)",
         "    cells = claim_cells(claim)",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M64": (
         "rule 2: a run without a config.toml called misfiled under seed 0 (or compared as an empty config)",
@@ -373,7 +373,7 @@ MUTANTS = {
         "suites: a claim on a row its column does not run accepted (never judged, its command runs nothing)",
         "        elsewhere = [r for r in named_rows if runs_here is not None and r not in runs_here]",
         "        elsewhere = []",
-        "pfedkit/experiments/suites.py",
+        "pfedkit/papers/suites.py",
     ),
     "M67": (
         "rule 3: a noise repeat that diverged dropped, the floor taken from the repeats that survived",
@@ -387,19 +387,19 @@ MUTANTS = {
         "rule 2: a run of another method in a row's folder taken as that row's result (and as a noise repeat)",
         '            "method.name": suite.method_of(row),\n',
         "",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M69": (
         "a floor borrowed at a scale its source lacks measured anyway (the claims table crashed)",
         "    entries = [] if unlike else noise_entries(source.noise)",
         "    entries = noise_entries(source.noise)",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M70": (
         "a suite's own table.md not written when its floor cannot be read (noise.suite mis-stated, a file damaged)",
         "        evidence, floor_text = evidence_or_why(suite, out, scale, on_gpu)",
         "        evidence, floor_text = suite_evidence(suite, out, scale, on_gpu)",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M71": (
         "a summary.json that is not an object read (a TypeError stopped the table)",
@@ -422,19 +422,19 @@ MUTANTS = {
         "suites: claim values of the wrong type accepted (a number as a string, one row where a list goes)",
         "    mistyped = value_problem(claim)",
         '    mistyped = ""',
-        "pfedkit/experiments/suites.py",
+        "pfedkit/papers/suites.py",
     ),
     "M75": (
         "suites: a count claim on a model not built here accepted (its line then says only not judged)",
         '        if claim["model"] not in MODEL_NAMES:',
         "        if False:",
-        "pfedkit/experiments/suites.py",
+        "pfedkit/papers/suites.py",
     ),
     "M76": (
         "suites: a count claim with a fractional num_classes accepted (build_model refuses it when the line is judged)",
         '    if "num_classes" in claim and not is_positive_int(claim["num_classes"]):',
         "    if False:",
-        "pfedkit/experiments/suites.py",
+        "pfedkit/papers/suites.py",
     ),
     "M77": (
         "rule 3: a seed whose repeats gave one result pooled into the floor (a spread of 0 pulls it down)",
@@ -481,7 +481,7 @@ MUTANTS = {
         "table: a folder's diverged line dropped when another folder judged the claim (hole 7 of sitting 40)",
         '                lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]\n',
         "                pass\n",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M86": (
         "owed seeds: an above line that cannot tell rests on the two pairs shown only (hole 6 of sitting 40)",
@@ -514,7 +514,7 @@ MUTANTS = {
         "rule 3: a floor whose noise repeat diverged dropped, so a floor measured elsewhere stands in for it",
         "        + [(f, lv) for f, _, lv in m if f is None and lv is not None]\n",
         "        + []\n",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M92": (
         "a metrics.csv in percent (an accuracy above 1) judged as a run's",
@@ -526,13 +526,13 @@ MUTANTS = {
         "owed seeds: the share of the way rounded to nearest (99.6% printed as 100%, a bar it has not reached)",
         'f", {math.floor(100 * furthest + 1e-9)}% of the way"',
         'f", {furthest:.0%} of the way"',
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M94": (
         "rule 3: a sibling row's run (one method, another value the suite gives a row) read as the row's result",
         "            **row_method_values(suite, scale, column, row, tuned.get(row, ())),\n",
         "",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M96": (
         "every pair (above, below, margin): a line decided by any pair that holds",
@@ -543,13 +543,13 @@ MUTANTS = {
         "rule 3: a row run at tuned values (--tuned) refused as of another setting than its cell's",
         "    setting = cell_setting(suite, scale, tuned_keys(out))\n",
         "    setting = cell_setting(suite, scale)\n",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M97": (
         "owed seeds: a gap past the bar held open by rule 4 left off the list (rounds owed, not seeds: sitting 45)",
         "(decided or OWED_SHARE <= (b.share or 0))]",
         "(decided or OWED_SHARE <= (b.share or 0) < 1)]",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
     "M98": (
         "shown pairs (above, below): a line that cannot tell shows the closest, hiding a pair held open past the bar",
@@ -605,7 +605,7 @@ MUTANTS = {
         "the owed list: a line 3 seeds leave halfway to the t-test's bar owes nothing more (issue 96)",
         "    target = MORE_SEEDS if more else LEADING_SEEDS\n    short += more\n",
         "    target = LEADING_SEEDS\n",
-        "pfedkit/experiments/reproduce.py",
+        "pfedkit/papers/reproduce.py",
     ),
 }
 

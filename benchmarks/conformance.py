@@ -365,7 +365,7 @@ def load_results(out: Path) -> dict[tuple[str, str], dict[str, dict]]:
 def floor_of(results: dict[str, dict]) -> Optional[tuple[float, float]]:
     """(floor, level): the standard deviation of pfedkit's result over its repeats of seed 0 (with its degrees of
     freedom, as rule 3 reads them) and the accuracy it was measured at; None under two repeats."""
-    from pfedkit.experiments.claims import noise_floor
+    from pfedkit.papers.claims import noise_floor
 
     values = [final_value(r, False) for r in results.values() if r["system"] == "pfedkit" and r["seed"] == 0]
     floor = noise_floor(values)
@@ -374,7 +374,7 @@ def floor_of(results: dict[str, dict]) -> Optional[tuple[float, float]]:
 
 def nearest_floor(floors: list[tuple[float, float]], accuracy: float) -> tuple[Optional[float], str]:
     """Rule 3: the floor measured nearest a row's accuracy, if within FLOOR_REACH points of it."""
-    from pfedkit.experiments.claims import FLOOR_REACH
+    from pfedkit.papers.claims import FLOOR_REACH
 
     if not floors:
         return None, "no repeats measured"
@@ -390,7 +390,7 @@ VERDICT_WORDS = {"holds": "agree", "does not hold": "differ", "cannot tell": "ca
 def method_row(
     setting: str, method: str, results: dict[str, dict], floors: list[tuple[float, float]]
 ) -> dict[str, Any]:
-    from pfedkit.experiments.claims import decide, gap_error, room_left
+    from pfedkit.papers.claims import decide, gap_error, room_left
 
     peer = METHODS.get(method, Peer(method))
     by_seed: dict[int, dict[str, float]] = {}

@@ -39,7 +39,7 @@ scale=small
 for ((i = 1; i < $#; i++)); do [ "${!i}" = --scale ] && { next=$((i + 1)); scale=${!next}; }; done
 folder=${suite//-/_}
 [ "$scale" = small ] || folder=${folder}_$scale
-run() {  # the folder the claims table reads as this scale's GPU runs (pfedkit.experiments.reproduce.evidence_folders)
+run() {  # the folder the claims table reads as this scale's GPU runs (pfedkit.papers.reproduce.evidence_folders)
     timeout "$seconds" python3 benchmarks/reproduce.py "$suite" --data-root "$PWD/.devdata" \
         --out ".devruns/${folder}_gpu" --set run.device=cuda --quiet "$@"
 }

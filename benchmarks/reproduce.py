@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from pfedkit.cli import main
-from pfedkit.experiments.reproduce import results_folder
+from pfedkit.papers.reproduce import results_folder
 
 HERE = Path(__file__).resolve().parent
 

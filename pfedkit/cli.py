@@ -533,7 +533,7 @@ def reproduce(
     repo_script: bool,
 ) -> None:
     """Run a paper's table (SUITE) and write table.md, table.csv and curves beside the paper's numbers."""
-    from pfedkit.experiments.reproduce import (
+    from pfedkit.papers.reproduce import (
         CLAIMS_BEGIN,
         CLAIMS_END,
         VERDICT_COUNTS_HEADING,
@@ -544,7 +544,7 @@ def reproduce(
         update_claims,
         verdict_changes,
     )
-    from pfedkit.experiments.suites import SUITES
+    from pfedkit.papers.suites import SUITES
 
     if suite is not None and suite not in SUITES:
         raise click.BadParameter(f"{suite!r}: suites are {', '.join(SUITES)} (see --list)", param_hint="SUITE")
@@ -574,7 +574,7 @@ def reproduce(
         click.echo(f"\nVerdicts changed in {update}:" if changes else f"\nNo verdict changed in {update}.")
         click.echo("\n".join(f"- {change}" for change in changes), nl=bool(changes))
         if not suite:  # every paper's page beside the document: its tables as the paper prints them, its claims
-            from pfedkit.experiments.paper_pages import write_paper_pages
+            from pfedkit.papers.paper_pages import write_paper_pages
 
             pages = write_paper_pages(results, list(SUITES.values()), Path(update).parent / "papers")
             click.echo(f"\nPapers' pages: {', '.join(str(p) for p in pages)}")

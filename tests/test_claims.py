@@ -1,4 +1,4 @@
-"""The rules a claim's verdict follows (pfedkit.experiments.claims), one test each, on hand-made runs; and the
+"""The rules a claim's verdict follows (pfedkit.papers.claims), one test each, on hand-made runs; and the
 generated claims table in docs/REPRODUCTION.md agrees with the committed runs and with its own prose."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 from pfedkit.config import dump_toml
 from pfedkit.errors import PfedkitError
-from pfedkit.experiments.claims import (
+from pfedkit.io import atomic_write_csv
+from pfedkit.papers.claims import (
     FAILS,
     HOLDS,
     NOT_RUN,
@@ -31,7 +32,6 @@ from pfedkit.experiments.claims import (
     seed_runs,
     share_of_bar,
 )
-from pfedkit.io import atomic_write_csv
 from pfedkit.reports.tables import finished_runs, run_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -441,7 +441,7 @@ CITED = re.compile(r"`([a-z0-9-]+#\d+(?:/[a-z-]+)?)`")
 
 
 def generated_claims(document: str) -> tuple[str, dict[str, str]]:
-    from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
+    from pfedkit.papers.reproduce import CLAIMS_BEGIN, CLAIMS_END
 
     assert CLAIMS_BEGIN in document and CLAIMS_END in document
     block = document.split(CLAIMS_BEGIN, 1)[1].split(CLAIMS_END, 1)[0]
@@ -454,8 +454,8 @@ def generated_claims(document: str) -> tuple[str, dict[str, str]]:
 
 
 def test_the_claims_table_in_the_document_is_the_one_the_committed_runs_generate():
-    from pfedkit.experiments.reproduce import claims_table
-    from pfedkit.experiments.suites import SUITES
+    from pfedkit.papers.reproduce import claims_table
+    from pfedkit.papers.suites import SUITES
 
     block, _ = generated_claims((REPO / "docs" / "REPRODUCTION.md").read_text())
     expected = claims_table(REPO / "benchmarks" / "results", list(SUITES.values()), repo_script=True)
@@ -465,7 +465,7 @@ def test_the_claims_table_in_the_document_is_the_one_the_committed_runs_generate
 def test_the_prose_states_no_verdict_the_generated_table_does_not():
     """Outside the generated block, a verdict in bold follows the claims it is about (`suite#N`, `suite#N/scale`),
     cited since the previous verdict of its paragraph or list item, and is each of those claims' generated verdict."""
-    from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
+    from pfedkit.papers.reproduce import CLAIMS_BEGIN, CLAIMS_END
 
     document = (REPO / "docs" / "REPRODUCTION.md").read_text()
     _, verdicts = generated_claims(document)
@@ -490,7 +490,7 @@ def test_the_claims_command_prints_the_table_and_writes_it_between_the_markers(t
     from click.testing import CliRunner
 
     from pfedkit.cli import main
-    from pfedkit.experiments.reproduce import CLAIMS_BEGIN, CLAIMS_END
+    from pfedkit.papers.reproduce import CLAIMS_BEGIN, CLAIMS_END
 
     for row, value in (("heart-pfl", 0.95), ("heart-pfl-no-both", 0.50)):  # one claim of heart-table1 with runs
         flat_run(tmp_path / "results" / "heart_table1" / "in-domain" / row / "seed0", value)
@@ -559,7 +559,7 @@ def test_every_claim_has_a_line_a_claim_without_runs_or_without_a_column_says_wh
 
 def claims_table_in(folder: Path, suite) -> list[str]:
     """The claims table of one suite whose small-scale results are in `folder`."""
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = folder.parent / "results"
     root.mkdir(exist_ok=True)
@@ -590,7 +590,7 @@ def toy_suite(claims, noise_rows, **more):
 
 
 def test_runs_on_a_gpu_are_judged_among_themselves_with_a_floor_measured_there(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     cuda = {"train": {"rounds": 19}, "data": {"dataset": "cifar10", "fraction": 0.2}, "run": {"device": "cuda"}}
@@ -621,8 +621,8 @@ def test_a_parameter_count_is_matched_at_the_precision_the_paper_gives_it():
 
 
 def test_a_borrowed_floor_is_the_one_of_the_scale_and_device_given_whatever_the_folder_is_called(tmp_path, monkeypatch):
-    from pfedkit.experiments import reproduce
     from pfedkit.experiments.suite import Scale
+    from pfedkit.papers import reproduce
 
     scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
     source = toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS, scales=scales)
@@ -758,8 +758,8 @@ def test_rule_4_a_row_whose_seeds_ran_unequal_rounds_is_read_up_to_the_rounds_al
 
 
 def test_a_floor_bounds_only_runs_of_its_own_device_whatever_folder_they_are_in(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
     from pfedkit.experiments.suite import Column, Scale, Suite
+    from pfedkit.papers.reproduce import claims_table
 
     root, on_gpu = tmp_path / "results", {**BASE, "run": {"device": "cuda"}}
     flat_run(root / "toy" / "col" / "a" / "seed0", 0.58, config=on_gpu)  # GPU runs in the CPU's folder
@@ -793,7 +793,7 @@ def test_a_row_whose_runs_diverged_is_named_so_not_only_not_run(tmp_path):
 
 
 def test_rule_3_a_claim_at_another_evaluation_point_takes_the_floor_measured_at_that_point(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     # repeats that agree at the round start (0.2 points apart) and not after local training (6 points apart)
     for repeat, (row, (start, after)) in enumerate(zip(NOISE_ROWS, ((0.500, 0.60), (0.502, 0.66), (0.501, 0.63)))):
@@ -827,7 +827,7 @@ def test_rule_3_a_floor_only_from_runs_of_one_method_that_differ_in_their_draws(
 
 
 def test_rule_3_a_floor_is_measured_at_the_scale_and_on_the_device_of_the_runs_it_bounds(tmp_path, monkeypatch):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     elsewhere = {"train": {"rounds": 9}, "data": {"dataset": "cifar10", "fraction": 0.2}}  # not the suite's 19 rounds
     for repeat, row in enumerate(NOISE_ROWS):
@@ -871,7 +871,7 @@ def test_rule_2_two_variants_of_one_method_are_compared_on_their_shared_hyper_pa
 
 
 def test_rule_1_noise_rows_never_evaluated_at_the_point_are_no_floor_and_no_crash(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     run(tmp_path / "col" / "a" / "seed0", [0.52] * 20, after=[0.70] * 20, config=BASE)
     run(tmp_path / "col" / "b" / "seed0", [0.50] * 20, after=[0.60] * 20, config=BASE)
@@ -952,7 +952,7 @@ def test_the_table_lists_the_lines_owed_seeds_with_the_command_that_runs_them(tm
         flat_run(root / "toy" / "col" / row / "seed0", value)
     claims = [{"text": f"{x} above {y}", "column": "col", "rows": [x, y]} for x, y in ("ab", "cd", "ef")]
     suite = toy_suite(claims, NOISE_ROWS, rows=(*values, *NOISE_ROWS))
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
     # the command runs the missing seeds into the folder this table read
@@ -977,7 +977,7 @@ def test_a_line_held_open_only_by_rule_4_is_owed_seeds_until_it_rests_on_three(t
     noise_runs(root / "toy" / "col")
     claim = {"text": "g above h", "column": "col", "rows": ["g", "h"]}
     suite = toy_suite([claim], NOISE_ROWS, rows=("g", "h", *NOISE_ROWS))
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     for seed in range(3):
         flat_run(root / "toy" / "col" / "g" / f"seed{seed}", 0.60 + 0.001 * seed)
@@ -992,13 +992,13 @@ def test_a_line_held_open_only_by_rule_4_is_owed_seeds_until_it_rests_on_three(t
 
 
 def suite_evidence_of(root: Path, suite):
-    from pfedkit.experiments.reproduce import suite_evidence
+    from pfedkit.papers.reproduce import suite_evidence
 
     return suite_evidence(suite, root / "toy", "small", False)[0]
 
 
 def test_a_misfiled_or_unreadable_run_makes_its_lines_cannot_tell_and_the_rest_of_the_table_stands(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
@@ -1082,7 +1082,7 @@ def test_the_owed_list_names_what_a_verdict_rests_on_and_no_line_without_a_floor
 
 
 def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_point(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     for repeat, row in enumerate(NOISE_ROWS):  # the floor's runs measure at the start
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
@@ -1106,8 +1106,8 @@ def test_rule_1_runs_read_at_their_own_points_take_a_floor_read_at_the_same_poin
 
 
 def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(tmp_path, monkeypatch):
-    from pfedkit.experiments import reproduce
     from pfedkit.experiments.suite import Column
+    from pfedkit.papers import reproduce
 
     source = toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS)
     monkeypatch.setitem(reproduce.SUITES, "src", source)
@@ -1205,7 +1205,7 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
 )
 def test_a_suite_refuses_a_claim_it_could_not_judge_or_that_judges_nothing(tmp_path, claim, problem):
     from pfedkit.errors import ConfigError
-    from pfedkit.experiments.suites import suite_from_toml
+    from pfedkit.papers.suites import suite_from_toml
 
     suite = {
         "name": "toy",
@@ -1225,7 +1225,7 @@ def test_a_suite_refuses_a_claim_it_could_not_judge_or_that_judges_nothing(tmp_p
 
 
 def test_rule_3_a_judged_run_made_at_another_setting_than_its_cell_is_no_result(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
@@ -1254,7 +1254,7 @@ ADAPTER_BASE = {**BASE, "model": {"name": "small-resnet-adapter", "options": {"s
 def test_rule_3_the_setting_check_reads_every_section_option_and_backbone_the_cell_leaves_unsaid(
     tmp_path, changed, named
 ):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat, config=ADAPTER_BASE)
@@ -1281,7 +1281,7 @@ def test_rule_3_the_setting_check_reads_every_section_option_and_backbone_the_ce
 
 
 def test_rule_3_a_pretrained_backbone_moved_elsewhere_is_the_cells_setting(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     def with_backbone(path):
         return {**BASE, "model": {"name": "small-resnet-adapter", "options": {"pretrained": path}}}
@@ -1295,7 +1295,7 @@ def test_rule_3_a_pretrained_backbone_moved_elsewhere_is_the_cells_setting(tmp_p
 
 
 def test_rule_3_a_floor_whose_repeat_diverged_is_not_stood_in_for_by_another_floor(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     n_rows, m_rows = ["n", "n-repeat1", "n-repeat2"], ["m", "m-repeat1", "m-repeat2"]
     for repeat, (row, value) in enumerate(zip(n_rows, (0.550, 0.552, 0.551))):  # a floor of 0.1 near 55%
@@ -1326,8 +1326,8 @@ def test_an_accuracy_outside_0_to_1_is_no_result_and_is_named(tmp_path):
 
 
 def test_the_owed_list_rounds_the_share_of_the_way_down(tmp_path):
-    from pfedkit.experiments.claims import Judgement
-    from pfedkit.experiments.reproduce import seeds_owed
+    from pfedkit.papers.claims import Judgement
+    from pfedkit.papers.reproduce import seeds_owed
 
     suite = toy_suite((ABOVE,), NOISE_ROWS)
     almost = Basis((("col", "a"), ("col", "b")), ("seed0",), 0.996, 0.5)  # short of the bar: not "100% of the way"
@@ -1364,7 +1364,7 @@ def test_the_means_shown_for_rows_without_a_common_seed_are_each_pairs_own(tmp_p
 
 
 def test_a_set_aside_folder_is_no_divergence_and_a_diverged_claimant_is_named_not_owed_a_run(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
@@ -1404,7 +1404,7 @@ def test_rule_4_curves_evaluated_at_other_intervals_are_compared_per_round(tmp_p
 
 
 def test_a_noise_run_that_cannot_be_read_leaves_the_floor_unmeasured_and_the_table_whole(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
@@ -1421,7 +1421,7 @@ def test_a_noise_run_that_cannot_be_read_leaves_the_floor_unmeasured_and_the_tab
 
 
 def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
@@ -1439,7 +1439,7 @@ def test_the_owed_list_says_when_every_seed_of_a_lines_rows_has_ended(tmp_path):
 
 
 def test_the_lines_per_paper_and_verdict_count_the_tables_own_lines(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
@@ -1461,8 +1461,8 @@ def test_the_lines_per_paper_and_verdict_count_the_tables_own_lines(tmp_path):
 
 
 def test_a_line_not_run_names_the_runs_the_folder_of_its_command_lacks_not_another_scales(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
     from pfedkit.experiments.suite import Scale
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     flat_run(root / "toy" / "col" / "a" / "seed0", 0.58)  # the small scale has a, not b
@@ -1482,7 +1482,7 @@ def noise_and_pair(root: Path, a: float = 0.58, b: float = 0.55) -> None:
 
 @pytest.mark.parametrize("damaged", ["config.toml of a run no claim reads", "summary.json of a noise run"])
 def test_a_damaged_file_the_floor_reads_leaves_the_folder_without_a_floor_not_the_table_unwritten(tmp_path, damaged):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_and_pair(root)
@@ -1497,7 +1497,7 @@ def test_a_damaged_file_the_floor_reads_leaves_the_folder_without_a_floor_not_th
 
 
 def test_a_floor_borrowed_from_a_suite_that_borrows_is_refused_by_name(tmp_path, monkeypatch):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     root = tmp_path / "results"
     flat_run(root / "other" / "col" / "a" / "seed0", 0.58)
@@ -1511,8 +1511,8 @@ def test_a_floor_borrowed_from_a_suite_that_borrows_is_refused_by_name(tmp_path,
 
 
 def test_a_within_claim_names_the_cell_not_run_and_columns_run_on_other_seeds_cannot_tell(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
     from pfedkit.experiments.suite import Column
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_and_pair(root)
@@ -1530,7 +1530,7 @@ def test_a_within_claim_names_the_cell_not_run_and_columns_run_on_other_seeds_ca
 
 
 def test_a_run_without_config_is_named_so_and_not_called_misfiled(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     root = tmp_path / "results"
     noise_and_pair(root)
@@ -1558,7 +1558,7 @@ def test_a_rival_that_diverged_where_the_claimant_finished_leaves_does_not_hold_
 
 def test_a_suite_refuses_a_claim_on_a_row_its_column_does_not_run(tmp_path):
     from pfedkit.errors import ConfigError
-    from pfedkit.experiments.suites import suite_from_toml
+    from pfedkit.papers.suites import suite_from_toml
 
     suite = {
         "name": "toy",
@@ -1575,7 +1575,7 @@ def test_a_suite_refuses_a_claim_on_a_row_its_column_does_not_run(tmp_path):
 
 
 def test_a_noise_run_that_cannot_be_read_costs_its_own_floor_only(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     runs = (("n", 0.54), ("n-repeat1", 0.545), ("m", 0.80), ("m-repeat1", 0.805), ("m-repeat2", 0.8025))
     for row, value in runs:
@@ -1592,7 +1592,7 @@ def test_a_noise_run_that_cannot_be_read_costs_its_own_floor_only(tmp_path):
 
 
 def test_rule_3_a_noise_repeat_that_diverged_leaves_no_floor_from_the_repeats_that_survived(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_and_pair(root, a=0.56, b=0.54)  # +2 points: beyond the bar of the three survivors' 0.25 (1.52)
@@ -1608,7 +1608,7 @@ def test_rule_3_a_noise_repeat_that_diverged_leaves_no_floor_from_the_repeats_th
 
 
 def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     root = tmp_path / "results"
     noise_and_pair(root)
@@ -1633,7 +1633,7 @@ def test_rule_2_a_run_of_another_method_in_a_rows_folder_is_not_that_rows_result
 
 
 def test_rule_3_a_sibling_rows_run_is_not_this_rows_result_unless_the_row_ran_tuned(tmp_path):
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     for repeat, row in enumerate(NOISE_ROWS):
         flat_run(tmp_path / "col" / row / "seed0", 0.540 + 0.005 * repeat, repeat=repeat)
@@ -1654,8 +1654,8 @@ def test_rule_3_a_sibling_rows_run_is_not_this_rows_result_unless_the_row_ran_tu
 
 
 def test_a_floor_borrowed_at_a_scale_its_source_lacks_is_named_not_a_crash(tmp_path, monkeypatch):
-    from pfedkit.experiments import reproduce
     from pfedkit.experiments.suite import Scale
+    from pfedkit.papers import reproduce
 
     monkeypatch.setitem(reproduce.SUITES, "src", toy_suite((), NOISE_ROWS, name="src", rows=NOISE_ROWS))
     scales = {"small": Scale({}, 0, "small"), "long": Scale({}, 0, "long")}
@@ -1684,7 +1684,7 @@ def test_a_floor_borrowed_at_a_scale_its_source_lacks_is_named_not_a_crash(tmp_p
     ],
 )
 def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, named, floor_read):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_and_pair(root)
@@ -1705,8 +1705,8 @@ def test_a_damaged_run_makes_only_its_own_lines_cannot_tell(tmp_path, damage, na
 
 
 def test_a_suites_own_table_is_written_with_a_misfiled_runs_lines_cannot_tell(tmp_path, monkeypatch):
-    from pfedkit.experiments import reproduce
-    from pfedkit.experiments.reproduce import write_suite_outputs
+    from pfedkit.papers import reproduce
+    from pfedkit.papers.reproduce import write_suite_outputs
 
     noise_and_pair(tmp_path)
     flat_run(tmp_path / "toy" / "col" / "c" / "seed1", 0.58, config={**BASE, "run": {"seed": 0}})  # seed 0's run
@@ -1763,7 +1763,7 @@ def test_rule_2_placement_keys_that_say_what_ran_are_compared_where_both_runs_re
 def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_or_not(tmp_path):
     """The owed list's rule: a gap at least halfway to the bar on fewer than 3 seeds. In "above every other" a pair
     halfway but not among the two closest shown is owed too (it was left out with the pairs not shown)."""
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")
@@ -1780,7 +1780,7 @@ def test_an_above_line_that_cannot_tell_owes_seeds_for_every_pair_halfway_shown_
 
 
 def test_a_folder_whose_runs_diverged_keeps_its_line_beside_a_folder_that_judged_the_claim(tmp_path):
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     cuda = {**BASE, "run": {"device": "cuda"}}
@@ -1801,7 +1801,7 @@ def test_a_folder_whose_runs_diverged_keeps_its_line_beside_a_folder_that_judged
 def test_rule_3_is_a_paired_t_test_and_a_floor_from_two_runs_cannot_decide_alone(tmp_path):
     """Issue 96: the bar is Student's t at n - 1 degrees of freedom (95%, two-sided), not 2; on one seed, t at the
     floor's own degrees of freedom; a floor from 2 runs (1 df) cannot decide one seed alone, and says so."""
-    from pfedkit.experiments.claims import t_quantile
+    from pfedkit.papers.claims import t_quantile
 
     assert t_quantile(2) == pytest.approx(4.303, abs=1e-3) and t_quantile(1) == pytest.approx(12.706, abs=1e-3)
     # 3 seeds, +1.0 each against a floor of 0.4 (3 repeats): a standard error of 0.33; 2 of them would decide it
@@ -1863,8 +1863,8 @@ def test_the_rules_readings_a_fifth_rounds_down_and_a_floor_comes_from_the_repea
 
 def test_the_papers_pages_are_the_ones_the_committed_runs_generate():
     """docs/papers/: each paper's tables as the paper prints them, "paper / ours ± se (seeds)", and its claims."""
-    from pfedkit.experiments.paper_pages import cell, paper_pages
-    from pfedkit.experiments.suites import SUITES
+    from pfedkit.papers.paper_pages import cell, paper_pages
+    from pfedkit.papers.suites import SUITES
 
     assert cell(90.08, [84.0, 85.0, 83.0]) == "90.08 / 84.00 ± 0.58 (3)"
     assert cell(None, [79.39]) == "- / 79.39 (1)" and cell(55.09, []) == "55.09 / -"
@@ -1878,7 +1878,7 @@ def test_the_papers_pages_are_the_ones_the_committed_runs_generate():
 def test_a_line_three_seeds_leave_halfway_to_the_t_tests_bar_is_owed_five(tmp_path):
     """Issue 96 item 3: on 3 seeds the bar is 4.30 standard errors; a gap at least halfway there and short of it
     owes the seeds that would decide it, 0-4."""
-    from pfedkit.experiments.reproduce import claims_table
+    from pfedkit.papers.reproduce import claims_table
 
     root = tmp_path / "results"
     noise_runs(root / "toy" / "col")

@@ -11,9 +11,9 @@ import pytest
 from pfedkit.engine.simulation import Simulation, simulate
 from pfedkit.errors import PfedkitError
 from pfedkit.experiments.pipeline import CONTINUED, reuse_identical_runs, run_configs
-from pfedkit.experiments.reproduce import copied_lines
 from pfedkit.io import read_csv
 from pfedkit.methods import METHODS
+from pfedkit.papers.reproduce import copied_lines
 from tests.test_engine import synthetic
 from tests.test_eval_point import StopsOnce
 
@@ -147,8 +147,8 @@ def test_a_suite_cell_carries_on_a_shorter_finished_run_it_finds(tmp_path):
 def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
     """Every cell of a `long` scale is its small cell run for more rounds and nothing else, read from the folders the
     suites write (so a long run continues the committed small cells instead of training from round 0)."""
-    from pfedkit.experiments.reproduce import cell_config
-    from pfedkit.experiments.suites import SUITES
+    from pfedkit.experiments.cells import cell_config
+    from pfedkit.papers.suites import SUITES
     from pfedkit.registry import build_config, continues, method_class, run_differences
 
     suite, results = SUITES[suite_name], Path("benchmarks/results")

@@ -241,7 +241,7 @@ def test_ctrl_c_is_a_message_and_exit_130_not_a_traceback(tmp_path, monkeypatch)
     config.write_text(dump_toml(synthetic().to_dict()))
     result = CliRunner().invoke(main, ["compare", str(config), "--methods", "fedavg", "--out", str(tmp_path / "c")])
     assert result.exit_code == 130 and "interrupted" in result.output and "--resume" in result.output
-    from pfedkit.experiments import reproduce
+    from pfedkit.papers import reproduce
 
     monkeypatch.setattr(reproduce, "run_suite", interrupted)  # reproduce has no --resume: it goes on when run again
     result = CliRunner().invoke(main, ["reproduce", "heart-table1", "--out", str(tmp_path / "r")])

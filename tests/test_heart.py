@@ -465,7 +465,7 @@ def test_pretrain_saves_a_backbone_the_adapter_models_load(tmp_path):
 
 def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretrains(tmp_path):
     from pfedkit.errors import ConfigError
-    from pfedkit.experiments.suites import PAPERS, SUITES, suite_from_toml
+    from pfedkit.papers.suites import PAPERS, SUITES, suite_from_toml
 
     suite = SUITES["heart-cifar100"]
     small, gpu = suite.pretrain_at("small"), suite.pretrain_at("paper")
@@ -483,7 +483,7 @@ def test_a_suite_scale_can_pretrain_another_backbone_and_only_if_the_suite_pretr
 def test_a_backbone_another_scale_made_is_reused_before_this_scale_s_folder_exists(tmp_path, monkeypatch):
     """The long scale names the small scale's backbone as "{out}/../heart_cifar100/...": found while {out} does not
     exist yet (the OS cannot walk "missing/.."), it must be reused, not trained again over the committed file."""
-    from pfedkit.experiments.reproduce import pretrain_once
+    from pfedkit.experiments.cells import pretrain_once
 
     shared = tmp_path / "heart_cifar100" / "backbone_cifar10.pt"
     shared.parent.mkdir()

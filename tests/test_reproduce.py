@@ -14,11 +14,13 @@ from click.testing import CliRunner
 from pfedkit.cli import main
 from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
-from pfedkit.experiments import reproduce
+from pfedkit.experiments import cells
+from pfedkit.experiments.cells import cell_config
 from pfedkit.experiments.pipeline import config_changes, method_config
-from pfedkit.experiments.reproduce import cell_config, run_suite
 from pfedkit.experiments.suite import Column, Scale, Suite
-from pfedkit.experiments.suites import SUITES
+from pfedkit.papers import reproduce
+from pfedkit.papers.reproduce import run_suite
+from pfedkit.papers.suites import SUITES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from reproduce import results_folder  # noqa: E402  (benchmarks/reproduce.py: where a suite's scale is committed)
@@ -142,7 +144,7 @@ def test_every_suite_validates_at_both_scales_and_lists_itself():
 
 
 def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
-    from pfedkit.experiments.claims import Evidence, check_claims
+    from pfedkit.papers.claims import Evidence, check_claims
 
     suite = SUITES["heart-table1"]
 
@@ -182,7 +184,7 @@ def test_heart_claims_are_checked_on_the_seeds_every_row_finished(tmp_path):
 
 def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(tmp_path):
     from pfedkit.errors import ConfigError
-    from pfedkit.experiments.suites import PAPERS, suite_from_toml
+    from pfedkit.papers.suites import PAPERS, suite_from_toml
 
     text = (PAPERS / "fedpac_table1.toml").read_text()
     assert suite_from_toml(PAPERS / "fedpac_table1.toml") == SUITES["fedpac-table1"]
@@ -207,7 +209,7 @@ def test_suite_files_are_data_and_a_bad_one_is_refused_naming_the_file_and_key(t
 def test_a_claims_rows_that_differ_beyond_what_it_names_are_reported_by_key():
     """Before anything runs, a claim's rows are held to rule 2 as the claims table holds their runs: every config key
     (rounds a scale gives one row, a row's own lr), less what the claim names and where runs are kept."""
-    from pfedkit.experiments.reproduce import claim_differences
+    from pfedkit.papers.reproduce import claim_differences
 
     claim = {"kind": "above", "column": "a", "row": "fedper", "over": ["fedavg", "fedper-lr0.2"]}
     found = claim_differences(TINY, claim)
@@ -222,7 +224,7 @@ def test_a_claims_rows_that_differ_beyond_what_it_names_are_reported_by_key():
 def test_every_claim_compares_rows_that_differ_only_in_what_it_names():
     """Like with like: the rows a claim compares have the same data, partition, model, training, evaluation and run
     settings, and a method and its variant the same shared hyper-parameters, except the keys the claim names."""
-    from pfedkit.experiments.reproduce import claim_differences
+    from pfedkit.papers.reproduce import claim_differences
 
     unlike = {
         f"{name} ({scale}): {claim['text']}": found
@@ -315,9 +317,9 @@ def test_a_cell_another_suite_already_ran_is_copied_not_trained(tmp_path, monkey
     source = tmp_path / "first" / "a" / "fedprox" / "seed0"
     (source / "checkpoint.pt").write_bytes(b"a leftover")  # never copied: a result, not a way to resume it
     trained = []
-    real = reproduce.run_configs
+    real = cells.run_configs
     monkeypatch.setattr(
-        reproduce,
+        cells,
         "run_configs",
         lambda todo, **kw: (trained.extend(d for d in todo if not (d / "summary.json").exists()), real(todo, **kw))[1],
     )
@@ -358,7 +360,7 @@ def test_reproduce_threads_replace_the_suites_own_for_that_run_only(tmp_path, mo
 
 
 def test_margin_claims_and_claims_on_rows_cut_from_a_suite(tmp_path):
-    from pfedkit.experiments.claims import Evidence, check_claims
+    from pfedkit.papers.claims import Evidence, check_claims
 
     def finished(row, seed, acc):
         run = tmp_path / "col" / row / f"seed{seed}"

@@ -122,7 +122,7 @@ def both_points_run(folder, start, after):
 
 
 def test_runs_at_both_points_show_both_and_a_claim_can_name_its_point(tmp_path):
-    from pfedkit.experiments.claims import Evidence, check_claims
+    from pfedkit.papers.claims import Evidence, check_claims
 
     both_points_run(tmp_path / "col" / "a" / "seed0", [0.5, 0.6], [0.8, 0.7])  # a leads at the start point
     both_points_run(tmp_path / "col" / "b" / "seed0", [0.4, 0.5], [0.9, 0.9])  # b leads after local training

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedkit.experiments.reproduce import run_suite
-from pfedkit.experiments.suites import SUITES
+from pfedkit.papers.reproduce import run_suite
+from pfedkit.papers.suites import SUITES
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"

@@ -8,8 +8,8 @@ from typing import Any, Callable, Optional
 
 from pfedkit.config import EvalSection, apply_overrides
 from pfedkit.errors import ConfigError
+from pfedkit.experiments.cells import run_cells
 from pfedkit.experiments.pipeline import check_method_overrides, run_folder
-from pfedkit.experiments.reproduce import run_cells
 from pfedkit.experiments.suite import Column, Scale, Suite
 from pfedkit.io import atomic_write_csv, atomic_write_text, output_folder, remove_stale_temporaries
 from pfedkit.registry import read_config_file

@@ -1,4 +1,4 @@
-"""The papers' tables as suites for `pfedkit reproduce`, read from one TOML file per table in `papers/`.
+"""The papers' tables as suites for `pfedkit reproduce`, read from one TOML file per table in `tables/`.
 
 A suite file states everything about its table as data: the base run config, the columns (config changes, the
 paper's numbers and where in the paper they are), the rows and their changes, the scales, a backbone to pretrain,
@@ -14,7 +14,7 @@ from pfedkit.config import tomllib
 from pfedkit.errors import ConfigError
 from pfedkit.experiments.suite import Column, Scale, Suite
 
-PAPERS = Path(__file__).with_name("papers")
+PAPERS = Path(__file__).with_name("tables")
 SUITE_KEYS = {
     "name",
     "paper",
