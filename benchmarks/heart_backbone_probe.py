@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from pfedkit.data.federated import keep_fraction
 from pfedkit.data.sources import load_dataset
 from pfedkit.engine.evaluation import evaluate_model
-from pfedkit.methods.base import frozen
+from pfedkit.methods.local_sgd import frozen
 from pfedkit.models import build_model
 from pfedkit.models.adapters import is_trainable
 from pfedkit.papers.suites import SUITES

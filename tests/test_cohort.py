@@ -606,3 +606,17 @@ def test_bf16_precision_trains_under_autocast_on_both_paths_and_is_refused_for_c
         assert float(runs[name][-1]["acc"]) == pytest.approx(float(runs["f32"][-1]["acc"]), abs=0.05)
     with pytest.raises(ConfigError, match="run.precision = 'bf16' applies to methods whose local training is a plan"):
         build_config({**synthetic().to_dict(), "method": {"name": "pfedme"}, "run": {"precision": "bf16"}})
+
+
+def test_a_plan_method_whose_local_plan_returns_none_is_told_so_on_either_path(monkeypatch):
+    from pfedkit.errors import PfedkitError
+
+    method, fed = method_for("fedavg", images=False), federation(False)
+    tasks = round_tasks(method, fed, round=0)
+    monkeypatch.setattr(method, "local_plan", lambda *args: None)
+    for path in (
+        lambda: local_update(method, tasks[0].payload, tasks[0].client, fed.client(0), 0),
+        lambda: dict(Cohort(method, fed).train(tasks)),
+    ):
+        with pytest.raises(PfedkitError, match="local_plan returned None for client 0; return a LocalPlan"):
+            path()

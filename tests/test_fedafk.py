@@ -160,7 +160,7 @@ def test_mu_stays_in_the_unit_interval_under_extreme_learning_rates():
                 assert 0.0 <= client["mu"] <= 1.0
 
 
-@pytest.mark.filterwarnings("ignore::pfedkit.methods.base.RepeatedDrawWarning")  # one round recomputed on purpose
+@pytest.mark.filterwarnings("ignore::pfedkit.methods.local_sgd.RepeatedDrawWarning")  # one round recomputed on purpose
 def test_without_both_parts_the_personal_model_ignores_the_global_one():
     method = make("fedafk", params={"kt_weight": 0.0, "adaptive_aggregation": False})
     data = tiny_data(n=8)

@@ -185,7 +185,7 @@ def test_weighted_mean_keeps_integer_buffers():
     assert out["b"].item() == 3 and torch.allclose(out["w"], torch.full((2,), 0.25))
 
 
-@pytest.mark.filterwarnings("ignore::pfedkit.methods.base.RepeatedDrawWarning")  # the same draws, two ways
+@pytest.mark.filterwarnings("ignore::pfedkit.methods.local_sgd.RepeatedDrawWarning")  # the same draws, two ways
 def test_head_training_on_cached_features_equals_training_through_the_frozen_body():
     method = make("fedrep", batch_size=3, lr=0.2, momentum=0.5)
     data = tiny_data(n=11)
@@ -233,7 +233,7 @@ def test_one_purpose_shuffled_twice_in_a_clients_round_warns_and_no_method_does_
     import warnings
 
     from pfedkit.methods import METHODS
-    from pfedkit.methods.base import RepeatedDrawWarning
+    from pfedkit.methods.local_sgd import RepeatedDrawWarning
 
     method = make("fedavg")
     data = tiny_data(0, n=12)
@@ -268,7 +268,7 @@ def test_a_task_run_again_does_not_warn_of_repeated_draws():
     import warnings
 
     from pfedkit.engine.workers import run_task
-    from pfedkit.methods.base import RepeatedDrawWarning
+    from pfedkit.methods.local_sgd import RepeatedDrawWarning
     from tests.test_cohort import assert_states_close, federation, method_for, round_tasks
 
     fed = federation(images=False)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 from pfedkit.engine.evaluation import evaluate_model
+from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
+from pfedkit.methods.plan import LocalPlan
 from pfedkit.records import ClientData, State
 from pfedkit.seeding import seeded_torch
 
@@ -26,6 +28,17 @@ def evaluate_client(method: Method, data: ClientData, client: State, payload: St
 def begin_update(method: Method) -> None:
     """A new local update begins: the draws before it were another update's (a retried task repeats its own)."""
     method.forget_draws()
+
+
+def client_plan(method: Method, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
+    """The plan of a method whose training is a plan; one that returns none is told how to declare itself."""
+    plan = method.local_plan(payload, client, data, round)
+    if plan is None:
+        raise PfedkitError(
+            f"method {method.name} declares training = 'plan' but its local_plan returned None for client "
+            f"{data.cid}; return a LocalPlan, or declare training = 'code' and write local_update"
+        )
+    return plan
 
 
 def after_update(

@@ -31,13 +31,13 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from pfedkit.engine.chunk_sizes import ChunkSizes
-from pfedkit.engine.client_step import after_update, begin_update
+from pfedkit.engine.client_step import after_update, begin_update, client_plan
 from pfedkit.engine.conv_forms import ConvForms
-from pfedkit.errors import PfedkitError
 from pfedkit.methods.augment import apply_crop_flip, crop_flip_draws
-from pfedkit.methods.base import Method, compute_features, part_of
+from pfedkit.methods.base import Method, part_of
 from pfedkit.methods.functional import FunctionalNet, per_client, sgd_step
-from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase
+from pfedkit.methods.local_sgd import compute_features
+from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase, augments
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
 from pfedkit.seeding import torch_generator
@@ -365,7 +365,7 @@ class Cohort:
         pool_y: torch.Tensor,
     ) -> None:
         """A step the method writes, over several stacked models, on every batch of the clients' shared schedule."""
-        augment = self.method.ctx.train.augment == "crop-flip" and pool_x.dim() == 4
+        augment = augments(self.method.ctx.train, images=pool_x.dim() == 4)
         layout = self.layout(stage, slots, [s.rows() for s in slots], augment=augment, drop_single=stage.drop_single)
         self.run_steps(stacks, layout, pool_x, pool_y, stage.step, ("joint", stage.shape()))
 
@@ -603,12 +603,7 @@ def train_together(
             client = task.client() if callable(task.client) else task.client
             data = cohort.fed.client(task.cid)
             begin_update(method)  # the client step's start (engine/client_step.py); its end: after_local
-            plan = method.local_plan(task.payload, client, data, task.round)
-            if plan is None:
-                raise PfedkitError(
-                    f"method {method.name} declares training = 'plan' but its local_plan returned None for client "
-                    f"{task.cid}; return a LocalPlan, or declare training = 'code'"
-                )
+            plan = client_plan(method, task.payload, client, data, task.round)
             key = (signatures[index], tuple(p.shape() for p in plan.phases))
             groups[key].append((index, Slot(cohort, task, data, plan)))
     lead.chunks.begin_round()

@@ -16,9 +16,8 @@ from typing import Any, Optional
 import numpy as np
 from torch import nn
 
-from pfedkit.engine.client_step import Evaluation, after_update, begin_update
+from pfedkit.engine.client_step import Evaluation, after_update, begin_update, client_plan
 from pfedkit.engine.cohort import Cohort, Slot
-from pfedkit.errors import PfedkitError
 from pfedkit.methods.base import Method
 from pfedkit.methods.plan import Apply, Joint, LocalPlan, Phase, cross_entropy
 from pfedkit.models.base import SplitModel
@@ -29,12 +28,7 @@ def local_update(method: Method, payload: State, client: State, data: ClientData
     """(reply, new client state) of one client's local update, whichever way the method states it."""
     if method.training == "code":
         return method.local_update(payload, client, data, round)
-    plan = method.local_plan(payload, client, data, round)
-    if plan is None:
-        raise PfedkitError(
-            f"method {method.name} declares training = 'plan' but its local_plan returned None; return a LocalPlan, "
-            "or declare training = 'code' and write local_update"
-        )
+    plan = client_plan(method, payload, client, data, round)
     return method.plan_result(run_plan(method, plan, data, round), plan, data, round)
 
 

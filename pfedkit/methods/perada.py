@@ -22,8 +22,9 @@ from pydantic import Field
 from torch import nn
 
 from pfedkit.errors import ConfigError
-from pfedkit.methods.base import HyperParams, Method, frozen, register, weighted_mean
+from pfedkit.methods.base import HyperParams, Method, register, weighted_mean
 from pfedkit.methods.distillation import accuracy, ensemble_log_probs, kl_to_teacher
+from pfedkit.methods.local_sgd import frozen
 from pfedkit.models.adapters import Adapter, StagedResNet, adapter_state_names, is_trainable
 from pfedkit.records import ClientData, State
 from pfedkit.seeding import seeded_torch, torch_generator

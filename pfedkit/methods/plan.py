@@ -17,9 +17,20 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from pfedkit.models.base import PARTS, SplitModel, deterministic_body, uses_batchnorm
 from pfedkit.records import State
+
+
+def augments(train: Any, images: bool) -> bool:
+    """The augmentation rule: train.augment "crop-flip" augments every training batch of an image data set."""
+    return train.augment == "crop-flip" and images
+
+
+def drops_single(model: nn.Module) -> bool:
+    """The BatchNorm rule: a model with BatchNorm in what trains leaves out a batch of one (it cannot train on it)."""
+    return uses_batchnorm(model)
 
 
 class Net(Protocol):
@@ -98,7 +109,7 @@ class Phase:
     def settings(self, train: Any, model: SplitModel, images: bool) -> "PhaseSettings":
         """This phase's settings with the run's defaults (`train`: train.*) filled in, for `model` (the model the
         phase trains) on image data or not: decided here once, for one client at a time and for a cohort alike."""
-        augment = train.augment == "crop-flip" and images
+        augment = augments(train, images)
         if self.head_inputs is not None:
             alone = "inputs"
         elif self.head_features and deterministic_body(model) and not augment:
@@ -113,7 +124,7 @@ class Phase:
             epochs=train.local_epochs if self.epochs is None else self.epochs,
             augment=augment and not alone,
             head_alone=alone,
-            drop_single=uses_batchnorm(trained),
+            drop_single=drops_single(trained),
         )
 
     def shape(self) -> tuple[Any, ...]:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pfedkit.methods.base import compute_features
+from pfedkit.methods.local_sgd import compute_features
 from pfedkit.models.base import SplitModel, eval_mode
 from pfedkit.records import State
 
