@@ -20,7 +20,7 @@ as columns); and their clients' torch DataLoaders are replaced by a stand-in wit
 `len()` of a pass) that replays pfedkit's batches.
 
 Usage:
-  python3 benchmarks/authors_fedpac.py [--peer .peers/FedPAC] [--out benchmarks/results/authors/fedpac.md]
+  python3 benchmarks/authors_fedpac.py [--peer .peers/FedPAC] [--out results/authors/fedpac.md]
 Their code imports cvxpy (`pip install cvxpy`).
 """
 
@@ -56,7 +56,7 @@ from pfedkit.registry import method_class  # noqa: E402
 
 PEER = Path(".peers/FedPAC")
 PEER_COMMIT = "5770f4ff8f11ad3be61c2a62b038245fa3f25248"  # the commit extracted into .peers/FedPAC (git archive HEAD)
-OUT = Path("benchmarks/results/authors/fedpac.md")
+OUT = Path("results/authors/fedpac.md")
 TOLERANCE = 1e-5  # float32 quantities computed by the same operations in another order
 # QP weights: cvxpy's default solver (an interior-point method, tolerances about 1e-8) against SciPy's SLSQP, on a
 # convex problem whose minimizer is unique but whose objective is flat along some directions: the two solvers stop at

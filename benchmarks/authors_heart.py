@@ -33,7 +33,7 @@ How their code is driven (harness only; none of its computation is changed excep
 - its reverse KL term is NaN on current PyTorch; the AKT rows use its value on the PyTorch 1.12 it pins (0, no
   gradient), and a row reports the NaN.
 
-Run: python3 benchmarks/authors_heart.py [--peer .peers/HEART-PFL] [--out benchmarks/results/authors/heart.md]
+Run: python3 benchmarks/authors_heart.py [--peer .peers/HEART-PFL] [--out results/authors/heart.md]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # pfedkit from this checkout
 PEER = REPO / ".peers" / "HEART-PFL"
 PEER_COMMIT = "d90e395d213621df6e794a7b2fd99e9ee563fe7b"  # the HEAD extracted (git archive of the fetched mirror)
-OUT = REPO / "benchmarks" / "results" / "authors" / "heart.md"
+OUT = REPO / "results" / "authors" / "heart.md"
 TOL = 1e-5  # float32, the same operations on both sides
 
 # ---- the setting

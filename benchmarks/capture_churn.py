@@ -9,7 +9,7 @@ bookkeeping of `StepRunner`'s "replay" mode (no CUDA: a replay calls the capture
 counts captures per round: as the code is now, and with the head-only model made anew each round (the code before).
 
 Usage: python3 benchmarks/capture_churn.py [--rounds 6] [--fraction 0.05] [--rows pgfedsplit,fedrep,fedpac]
-       [--data-root ../shared/data] [--out benchmarks/results/capture_churn.txt]
+       [--data-root ../shared/data] [--out results/capture_churn.txt]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ reported as missed (the script then exits 1).
 The tests that compare docs/REPRODUCTION.md with the committed runs are left out: the issue's holes change no
 committed verdict, so only the rule tests can catch them.
 
-Usage: python benchmarks/claim_mutants.py [--out benchmarks/results/claim_mutants.txt] [--only M45,M67] [--jobs 2]
+Usage: python benchmarks/claim_mutants.py [--out results/claim_mutants.txt] [--only M45,M67] [--jobs 2]
        (--only: those mutants alone, e.g. the ones a change added, where the whole list takes too long beside a
        training; the output names them)
 """

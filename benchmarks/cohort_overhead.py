@@ -17,7 +17,7 @@ batch), and reports:
 Both should fall as the step is made static and captured. Variants: the same with BatchNorm, with crop-flip
 augmentation, and (--runs R) R runs of FedAvg differing only in seed trained as one computation.
 
-Usage: python3 benchmarks/cohort_overhead.py [--rounds 3] [--out benchmarks/results/cohort_overhead.txt]
+Usage: python3 benchmarks/cohort_overhead.py [--rounds 3] [--out results/cohort_overhead.txt]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 suite=$1
 scale=${2:-small}
-out=benchmarks/results/${suite//-/_}
+out=results/${suite//-/_}
 [ "$scale" = small ] || out=${out}_$scale
 python3 benchmarks/reproduce.py "$suite" --scale "$scale" --table-only > /dev/null
 finished=$(find "$out" -name summary.json -printf '%h\n' | sort)

@@ -4,7 +4,7 @@ vmap(grad(functional_call)), then their SGD update on the stacked weights; the c
 microseconds per step after warm-up. On a GPU, CUDA graphs (run.cohort_step) replace the host's issuing of a step
 by a replay; this says what compiling costs and gives where a compiler is at hand.
 
-Usage: python benchmarks/compiled_step.py [--out benchmarks/results/compiled_step.txt]
+Usage: python benchmarks/compiled_step.py [--out results/compiled_step.txt]
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@
 #   bash benchmarks/device_suite.sh gpu-tests [SECONDS SUITE ...]   python3 -m pytest -m gpu first (the wheels installed)
 #   ROWS_AT_ONCE=a,b,c bash benchmarks/device_suite.sh ...   one process per row, all at once: batch-64 FedAvgCNN
 #       leaves most of a GPU idle (six rows at once ran 3.2-3.6 s a round each on an H100, NOTES.md of
-#       benchmarks/results/pgfedsplit_cifar_h100_2026-11-26/); each row's log is packed beside the runs, in .devruns/logs/
+#       results/pgfedsplit_cifar_h100_2026-11-26/); each row's log is packed beside the runs, in .devruns/logs/
 # Back here: tar xzf /work/.device/N/devruns.tgz   (in the repository root), then move .devruns/<suite>[_<scale>]_gpu's
-#   cells into benchmarks/results/ beside the CPU's folder and commit them: the claims table judges them apart, as
+#   cells into results/ beside the CPU's folder and commit them: the claims table judges them apart, as
 #   `suite#N/gpu` (`suite#N/<scale>-gpu`), with a floor from noise rows run there too (a GPU's numbers are not a CPU's)
 set -uo pipefail
 cd "$(dirname "$0")/.."

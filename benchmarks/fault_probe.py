@@ -8,7 +8,7 @@ memory, on the cohort path, with client state on disk and during a temporary fil
 run's checkpoint; read-only and full folders; divergence; SIGINT and SIGTERM; Ctrl-C during compare, repeated).
 The read-only and full-disk cases mount a small tmpfs and need root; elsewhere they are reported as not tried.
 
-Usage: python benchmarks/fault_probe.py [--out benchmarks/results/fault_probe.txt] [--interrupts 10]
+Usage: python benchmarks/fault_probe.py [--out results/fault_probe.txt] [--interrupts 10]
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def more_cases(root: Path, case: Callable, interrupts: int) -> None:
         )
         case(f"metrics.csv {damage}, read by compare", "pfedkit compare ... --resume", answer, answer[0] == 2)
         suite = root / f"suite-{damage.replace(' ', '-')}"
-        shutil.copytree(REPOSITORY / "benchmarks" / "results" / "fedafk_mu", suite)
+        shutil.copytree(REPOSITORY / "results" / "fedafk_mu", suite)
         before = (suite / "table.md").read_text()
         spoil(sorted(suite.glob("dir/*/seed0/metrics.csv"))[0], damage)
         answer = pfedkit("reproduce", "fedafk-mu", "--out", str(suite), "--table-only", cwd=root)

@@ -2,7 +2,7 @@
 largest weight, of the client's own weight, and of the weights' entropy (uniform over m clients = log m).
 
 Usage: python benchmarks/fedpac_head_weights.py CONFIG OUT_DIR ROUNDS [--set section.key=value ...]
-(CONFIG is a fedpac or fedpac-proto run config, e.g. benchmarks/results/fedpac_table1/fmnist20/fedpac/seed0/config.toml)
+(CONFIG is a fedpac or fedpac-proto run config, e.g. results/fedpac_table1/fmnist20/fedpac/seed0/config.toml)
 """
 
 import math

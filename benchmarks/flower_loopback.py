@@ -1,7 +1,7 @@
 """Seconds per round of a Flower deployment on 127.0.0.1 (one SuperLink, one SuperNode per client) against the
 in-process simulation of the same config and seed; checks that both give the same accuracies.
 
-    python3 benchmarks/flower_loopback.py [--rounds 3] [--clients 4] [--out benchmarks/results/flower_loopback]
+    python3 benchmarks/flower_loopback.py [--rounds 3] [--clients 4] [--out results/flower_loopback]
 
 Writes the deployment's metrics, replies, summary and logs, the simulation's metrics, and timing.txt under --out.
 """
@@ -47,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/flower_loopback"))
+    parser.add_argument("--out", type=Path, default=Path("results/flower_loopback"))
     args = parser.parse_args()
     cfg = config(args.rounds, args.clients)
     out = args.out.resolve()

@@ -11,7 +11,7 @@ On a machine without a GPU, --check runs the same loop on the CPU (worker proces
 data, 2 rounds) to show the script works; its seconds mean nothing for a GPU.
 
 Usage: python benchmarks/gpu_sharing.py [--data-root ../shared/data] [--rounds 4] [--shares 1,4,8,16]
-                                        [--model fedavgcnn] [--out benchmarks/results/gpu_sharing.txt] [--check]
+                                        [--model fedavgcnn] [--out results/gpu_sharing.txt] [--check]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--shares", default="1,4,8,16", help="worker processes on the GPU at once, comma-separated")
     parser.add_argument("--model", default="fedavgcnn")
-    parser.add_argument("--out", default=str(HERE / "results" / "gpu_sharing.txt"))
+    parser.add_argument("--out", default=str(HERE.parent / "results" / "gpu_sharing.txt"))
     parser.add_argument("--check", action="store_true", help="no GPU: the same loop on the CPU, to test the script")
     args = parser.parse_args()
     if not args.check and not torch.cuda.is_available():

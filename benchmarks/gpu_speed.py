@@ -510,7 +510,7 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", type=float, default=450, help="seconds for everything; later rows are cut first")
-    parser.add_argument("--out", default=str(HERE / "results" / "gpu_speed"))
+    parser.add_argument("--out", default=str(HERE.parent / "results" / "gpu_speed"))
     parser.add_argument(
         "--only",
         default="",

@@ -15,7 +15,7 @@
 #   limit, after at most two minutes of wheels and `pytest -m gpu` on tests/test_cohort.py: equality of the cohort, its
 #   captured steps and its runs trained together, on the GPU). Options go to gpu_speed.py, e.g. a second call for the
 #   methods a first one cut: `... 200 --only fedafk,pgfedsplit,fedpac --pfllib none`; GPU_SPEED_OUT names the folder.
-# Back here: tar xzf /work/.device/<N>/gpu_speed.tgz (in the repository root: benchmarks/results/gpu_speed/), commit.
+# Back here: tar xzf /work/.device/<N>/gpu_speed.tgz (in the repository root: results/gpu_speed/), commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --prepare ]; then
@@ -46,7 +46,7 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devwheels/*.whl \
     || { echo "installing .devwheels failed"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
-out=${GPU_SPEED_OUT:-benchmarks/results/gpu_speed}
+out=${GPU_SPEED_OUT:-results/gpu_speed}
 mkdir -p "$out"
 trap 'tar czf "$OUT/gpu_speed.tgz" "$out"' EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/nvidia_smi.txt" 2>&1

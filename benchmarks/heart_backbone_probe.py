@@ -4,8 +4,8 @@ suite's quarter of Fashion-MNIST, (a) adapters, block BatchNorms and head only (
 training set-up reaches on all the clients' data pooled, the ceiling the federated rows approach.
 
 Usage: python benchmarks/heart_backbone_probe.py [--epochs 5]
-           [--backbone benchmarks/results/heart_table1/backbone_mnist.pt]
-Writes benchmarks/results/heart_diagnosis/backbone_probe.txt.
+           [--backbone results/heart_table1/backbone_mnist.pt]
+Writes results/heart_diagnosis/backbone_probe.txt.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def train_central(source, adapters: bool, backbone: Path, epochs: int, seed: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--backbone", type=Path, default=HERE / "results" / "heart_table1" / "backbone_mnist.pt")
+    parser.add_argument("--backbone", type=Path, default=HERE.parent / "results" / "heart_table1" / "backbone_mnist.pt")
     parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -89,7 +89,7 @@ def main() -> None:
             + " % after epochs 1.."
             + str(args.epochs)
         )
-    out = HERE / "results" / "heart_diagnosis" / "backbone_probe.txt"
+    out = HERE.parent / "results" / "heart_diagnosis" / "backbone_probe.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

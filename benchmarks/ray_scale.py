@@ -11,7 +11,7 @@ Part B, driver peak memory (resident set, each run in its own process) and secon
 clients (eval.clients), trains 10% of them.
 
 Usage: python benchmarks/ray_scale.py [--data-root ../shared/data] [--rounds 3] [--sizes 100,1000,10000]
-                                      [--out benchmarks/results/ray_scale.txt]
+                                      [--out results/ray_scale.txt]
 """
 
 from __future__ import annotations

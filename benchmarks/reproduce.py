@@ -1,10 +1,10 @@
-"""`pfedkit reproduce SUITE` with this repository's defaults: results under benchmarks/results/<suite>/ (committed)
+"""`pfedkit reproduce SUITE` with this repository's defaults: results under results/<suite>/ (committed)
 and the data in ../shared/data. Any `pfedkit reproduce` option may follow and overrides these.
 
 Usage: python benchmarks/reproduce.py fedafk-table3 [--rows fedafk,fedrep] [--seeds 0,1] [--table-only] ...
        python benchmarks/reproduce.py --claims   (the claims table of every suite, written into docs/REPRODUCTION.md)
        python benchmarks/reproduce.py fedafk-cifar10 --scale long ...
-           (results in benchmarks/results/fedafk_cifar10_long/)
+           (results in results/fedafk_cifar10_long/)
        python benchmarks/reproduce.py --list
 """
 
@@ -24,10 +24,10 @@ def repo_args(args: list[str]) -> list[str]:
     suite, scale = parsed.get("suite"), parsed.get("scale") or "small"
     if "--claims" in args:  # every suite's: written into the document; one suite's: printed
         update = [] if suite else ["--update", str(HERE.parent / "docs" / "REPRODUCTION.md")]
-        return ["reproduce", *args, "--out", str(HERE / "results"), "--repo-script", *update]
+        return ["reproduce", *args, "--out", str(HERE.parent / "results"), "--repo-script", *update]
     defaults = ["--data-root", str(HERE.parents[1] / "shared" / "data")]
     if suite:
-        defaults += ["--out", str(HERE / "results" / results_folder(suite, scale))]
+        defaults += ["--out", str(HERE.parent / "results" / results_folder(suite, scale))]
     return ["reproduce", *args, *defaults]
 
 

@@ -6,7 +6,7 @@ batch-256 throughput on this machine (the better of: the engine at batch 256, a 
 Targets: <= 25 s per round in total; >= 0.75 of the batch-256 throughput.
 
 Usage: python benchmarks/round_speed.py [--data-root ../shared/data] [--rounds 3]
-           [--out benchmarks/results/round_speed.txt]
+           [--out results/round_speed.txt]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(HERE / "results" / "round_speed.txt"))
+    parser.add_argument("--out", default=str(HERE.parent / "results" / "round_speed.txt"))
     args = parser.parse_args()
 
     cfg = mnist_config(args.data_root, args.rounds)

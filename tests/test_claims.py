@@ -458,7 +458,7 @@ def test_the_claims_table_in_the_document_is_the_one_the_committed_runs_generate
     from pfedkit.papers.suites import SUITES
 
     block, _ = generated_claims((REPO / "docs" / "REPRODUCTION.md").read_text())
-    expected = claims_table(REPO / "benchmarks" / "results", list(SUITES.values()), repo_script=True)
+    expected = claims_table(REPO / "results", list(SUITES.values()), repo_script=True)
     assert block.strip().splitlines() == expected, "run `python benchmarks/reproduce.py --claims` and commit"
 
 
@@ -1868,7 +1868,7 @@ def test_the_papers_pages_are_the_ones_the_committed_runs_generate():
 
     assert cell(90.08, [84.0, 85.0, 83.0]) == "90.08 / 84.00 ± 0.58 (3)"
     assert cell(None, [79.39]) == "- / 79.39 (1)" and cell(55.09, []) == "55.09 / -"
-    pages = paper_pages(REPO / "benchmarks" / "results", list(SUITES.values()))
+    pages = paper_pages(REPO / "results", list(SUITES.values()))
     folder = REPO / "docs" / "papers"
     assert sorted(pages) == sorted(p.name for p in folder.glob("*.md"))
     for name, text in pages.items():

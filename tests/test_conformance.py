@@ -55,7 +55,7 @@ def test_pfllibs_printout_is_read_round_by_round_the_personal_models_last():
 
 
 def test_the_conformance_table_regenerates_from_the_committed_results_byte_for_byte():
-    results = REPO / "benchmarks" / "results" / "conformance"
+    results = REPO / "results" / "conformance"
     document = REPO / "docs" / "CONFORMANCE.md"
     assert document.exists() and results.exists(), "run python3 benchmarks/conformance.py --table and commit"
     assert conformance.table_text(results) == document.read_text(), "run python3 benchmarks/conformance.py --table"

@@ -151,7 +151,7 @@ def test_a_suites_long_scale_carries_on_its_small_cells(suite_name):
     from pfedkit.papers.suites import SUITES
     from pfedkit.registry import build_config, continues, method_class, run_differences
 
-    suite, results = SUITES[suite_name], Path("benchmarks/results")
+    suite, results = SUITES[suite_name], Path("results")
     small_out, long_out = results / suite_name.replace("-", "_"), results / (suite_name.replace("-", "_") + "_long")
     for column, row in suite.cells(list(suite.columns), suite.rows):
         small = build_config(cell_config(suite, "small", column, row, out=small_out))

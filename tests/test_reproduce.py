@@ -238,8 +238,8 @@ def test_every_claim_compares_rows_that_differ_only_in_what_it_names():
 
 def test_every_committed_run_folder_still_holds_its_suite_cell():
     """A changed default or suite row would silently change what a committed result means (and stop its suite's
-    resume): every run folder under benchmarks/results/<suite>/ must be its cell's config at one of the scales."""
-    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    resume): every run folder under results/<suite>/ must be its cell's config at one of the scales."""
+    results = Path(__file__).resolve().parents[1] / "results"
     checked, stale = 0, []
     folders = [
         (suite, scale, results / results_folder(suite.name, scale))
@@ -436,7 +436,7 @@ def test_the_repository_script_finds_the_suite_wherever_the_options_stand():
     spec = importlib.util.spec_from_file_location("repo_reproduce", repo / "benchmarks" / "reproduce.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    results = repo / "benchmarks" / "results"
+    results = repo / "results"
     for args, folder in (
         (["--seeds", "0,1", "fedafk-table3"], "fedafk_table3"),
         (["--scale", "long", "fedafk-cifar10", "--rows", "fedafk"], "fedafk_cifar10_long"),

@@ -12,7 +12,7 @@ from pfedkit.papers.reproduce import run_suite
 from pfedkit.papers.suites import SUITES
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "results"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
