@@ -6,7 +6,7 @@
 # is about 70 MB, over the 16 MiB a returned file may have), so a cell must finish inside one call: a second call on
 # the same warm machine started unfinished cells from round 0 (2026-11-26 H100 and 2026-11-27 H200, .devruns left out
 # of carry both times: the device's run folders had been emptied).
-# Here first: bash benchmarks/gpu_speed_device.sh --prepare (makes .devwheels and .devdata; no PFLlib needed).
+# Here first: bash benchmarks/speed/gpu_speed_device.sh --prepare (makes .devwheels and .devdata; no PFLlib needed).
 # On the device, with carry [".devwheels", ".devdata", ".devruns"]:
 #   bash benchmarks/device_suite.sh SECONDS SUITE [reproduce options...]      (data root .devdata, run.device cuda)
 #   bash benchmarks/device_suite.sh gpu-tests [SECONDS SUITE ...]   python3 -m pytest -m gpu first (the wheels installed)

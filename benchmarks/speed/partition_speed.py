@@ -6,7 +6,7 @@ this setting meets on the first draw: clients already holding N/n samples take n
 lands near 60, not near the raw Dirichlet tail. Also checks 20 seeds and times the DataError that replaces
 PFLlib's endless redraw when the minimum is out of reach (beta 0.05). Target: best of 3 under 5 s.
 
-Usage: python benchmarks/partition_speed.py [--out results/partition_speed.txt]
+Usage: python benchmarks/speed/partition_speed.py [--out results/partition_speed.txt]
 """
 
 from __future__ import annotations

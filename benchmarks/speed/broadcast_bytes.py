@@ -2,7 +2,7 @@
 
 Run before and after a change to broadcasting and compare (issue 52: server-only state declared in one place, a
 part-sharing method sending its shared parts and declared keys); the output is per method, one line each.
-Usage: python benchmarks/broadcast_bytes.py [--out FILE]
+Usage: python benchmarks/speed/broadcast_bytes.py [--out FILE]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ once code of its own, now its plan run as a cohort of one).
 
 One client of 400 random CIFAR-shaped samples, FedAvgCNN, batch 10, lr 0.005, momentum 0.9, 1 thread; 4 updates, the
 median of the last 3.
-Usage: python benchmarks/local_update_speed.py [--root DIR] fedafk fedafk-no-both ...
+Usage: python benchmarks/speed/local_update_speed.py [--root DIR] fedafk fedafk-no-both ...
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the code to time")
+parser.add_argument("--root", default=str(Path(__file__).resolve().parents[2]), help="the code to time")
 parser.add_argument("methods", nargs="+")
 args = parser.parse_args()
 sys.path.insert(0, args.root)

@@ -6,7 +6,7 @@ into the part the cache serves (archive SHA-256, cache read, cache digest) and t
 that every data set pays (MNIST included: it allocates a 0.6 GB tensor, whose page faults make it noisy on a VM).
 Target (issue 21): the cached part well under a second.
 
-Usage: python benchmarks/cifar_load.py [--data-root ../shared/data] [--out results/cifar_load.txt]
+Usage: python benchmarks/speed/cifar_load.py [--data-root ../shared/data] [--out results/cifar_load.txt]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Seconds per round of a Flower deployment on 127.0.0.1 (one SuperLink, one SuperNode per client) against the
 in-process simulation of the same config and seed; checks that both give the same accuracies.
 
-    python3 benchmarks/flower_loopback.py [--rounds 3] [--clients 4] [--out results/flower_loopback]
+    python3 benchmarks/speed/flower_loopback.py [--rounds 3] [--clients 4] [--out results/flower_loopback]
 
 Writes the deployment's metrics, replies, summary and logs, the simulation's metrics, and timing.txt under --out.
 """

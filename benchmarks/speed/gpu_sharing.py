@@ -10,7 +10,7 @@ kernels need not be bit-identical across settings, so accuracies agree only to a
 On a machine without a GPU, --check runs the same loop on the CPU (worker processes instead of GPU shares, synthetic
 data, 2 rounds) to show the script works; its seconds mean nothing for a GPU.
 
-Usage: python benchmarks/gpu_sharing.py [--data-root ../shared/data] [--rounds 4] [--shares 1,4,8,16]
+Usage: python benchmarks/speed/gpu_sharing.py [--data-root ../shared/data] [--rounds 4] [--shares 1,4,8,16]
                                         [--model fedavgcnn] [--out results/gpu_sharing.txt] [--check]
 """
 
@@ -55,11 +55,11 @@ def sharing_config(at_once: int, rounds: int, data_root: str, model: str, check:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(HERE.parents[2] / "shared" / "data"))
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--shares", default="1,4,8,16", help="worker processes on the GPU at once, comma-separated")
     parser.add_argument("--model", default="fedavgcnn")
-    parser.add_argument("--out", default=str(HERE.parent / "results" / "gpu_sharing.txt"))
+    parser.add_argument("--out", default=str(HERE.parents[1] / "results" / "gpu_sharing.txt"))
     parser.add_argument("--check", action="store_true", help="no GPU: the same loop on the CPU, to test the script")
     args = parser.parse_args()
     if not args.check and not torch.cuda.is_available():

@@ -7,7 +7,7 @@ reported as missed (the script then exits 1).
 The tests that compare docs/REPRODUCTION.md with the committed runs are left out: the issue's holes change no
 committed verdict, so only the rule tests can catch them.
 
-Usage: python benchmarks/claim_mutants.py [--out results/claim_mutants.txt] [--only M45,M67] [--jobs 2]
+Usage: python benchmarks/safety/claim_mutants.py [--out results/claim_mutants.txt] [--only M45,M67] [--jobs 2]
        (--only: those mutants alone, e.g. the ones a change added, where the whole list takes too long beside a
        training; the output names them)
 """
@@ -24,7 +24,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 RULES = "pfedkit/papers/claims.py"
 NOT_RULE_TESTS = "not document and not prose and not claims_command"
 

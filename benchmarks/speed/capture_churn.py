@@ -8,7 +8,7 @@ pgfedsplit-cifar's CIFAR-10 Dir(1) column (on a fraction of the data, few rounds
 bookkeeping of `StepRunner`'s "replay" mode (no CUDA: a replay calls the captured step on the captured buffers), and
 counts captures per round: as the code is now, and with the head-only model made anew each round (the code before).
 
-Usage: python3 benchmarks/capture_churn.py [--rounds 6] [--fraction 0.05] [--rows pgfedsplit,fedrep,fedpac]
+Usage: python3 benchmarks/speed/capture_churn.py [--rounds 6] [--fraction 0.05] [--rows pgfedsplit,fedrep,fedpac]
        [--data-root ../shared/data] [--out results/capture_churn.txt]
 """
 
@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: report.py, pfllib_peer.py
 sys.path.insert(0, str(HERE))
 
 from report import emit  # noqa: E402
@@ -100,7 +101,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--fraction", type=float, default=0.05, help="data.fraction (the suite's small scale: 0.2)")
     parser.add_argument("--rows", default="pgfedsplit,fedrep,fedpac")
-    parser.add_argument("--data-root", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(HERE.parents[2] / "shared" / "data"))
     parser.add_argument("--out", type=Path, default=None, help="append the table to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -10,7 +10,7 @@ Part B, driver peak memory (resident set, each run in its own process) and secon
 1x8x8 per client, 10 classes), an MLP with 64 hidden units; each round evaluates a seeded sample of at most 1,000
 clients (eval.clients), trains 10% of them.
 
-Usage: python benchmarks/ray_scale.py [--data-root ../shared/data] [--rounds 3] [--sizes 100,1000,10000]
+Usage: python benchmarks/speed/ray_scale.py [--data-root ../shared/data] [--rounds 3] [--sizes 100,1000,10000]
                                       [--out results/ray_scale.txt]
 """
 
@@ -145,7 +145,7 @@ def part_b(sizes: list[int], rounds: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(HERE.parents[2] / "shared" / "data"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--parts", default="a,b")

@@ -8,7 +8,7 @@ memory, on the cohort path, with client state on disk and during a temporary fil
 run's checkpoint; read-only and full folders; divergence; SIGINT and SIGTERM; Ctrl-C during compare, repeated).
 The read-only and full-disk cases mount a small tmpfs and need root; elsewhere they are reported as not tried.
 
-Usage: python benchmarks/fault_probe.py [--out results/fault_probe.txt] [--interrupts 10]
+Usage: python benchmarks/safety/fault_probe.py [--out results/fault_probe.txt] [--interrupts 10]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ checkpoint_every = 1
 """
 
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 SLOW = (  # rounds long enough (about 0.5 s here) to be killed in the middle of a run
     "--set",
     "data.options={samples = 6000, test_samples = 500}",

@@ -24,9 +24,9 @@ its dataset folder in its format (one .npz per client and split) and parses the 
 PFLlib's evaluation also computes every client's training loss and AUC: its evaluation seconds are not like ours.
 
 Usage:
-  python3 benchmarks/gpu_speed.py --data-root DIR --pfllib DIR [--device cuda] [--budget 450]
-  python3 benchmarks/gpu_speed.py --check     every code path on the CPU in a minute or two (tiny data, 2 rounds)
-On a lent GPU machine: bash benchmarks/gpu_speed_device.sh (see there).
+  python3 benchmarks/speed/gpu_speed.py --data-root DIR --pfllib DIR [--device cuda] [--budget 450]
+  python3 benchmarks/speed/gpu_speed.py --check     every code path on the CPU in a minute or two (tiny data, 2 rounds)
+On a lent GPU machine: bash benchmarks/speed/gpu_speed_device.sh (see there).
 Writes table.md, results.json, profile.txt and logs/ under --out.
 """
 
@@ -51,7 +51,8 @@ import torch
 import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: report.py, pfllib_peer.py
 
 from pfllib_peer import command, ensure_exported, partition_digest, round_accuracies, torchvision_stand_in  # noqa: E402
 
@@ -502,15 +503,15 @@ def write_table(results: list[dict], ceilings: dict[str, float], header: str, ou
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(HERE.parents[2] / "shared" / "data"))
     parser.add_argument(
         "--pfllib",
-        default=str(HERE.parent / ".peers" / "PFLlib"),
+        default=str(HERE.parents[1] / ".peers" / "PFLlib"),
         help="a PFLlib checkout (its system/ folder); the PFLlib column is left out when it is not there",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", type=float, default=450, help="seconds for everything; later rows are cut first")
-    parser.add_argument("--out", default=str(HERE.parent / "results" / "gpu_speed"))
+    parser.add_argument("--out", default=str(HERE.parents[1] / "results" / "gpu_speed"))
     parser.add_argument(
         "--only",
         default="",

@@ -3,9 +3,9 @@ to the engine or to how methods describe their training, and compare line by lin
 client's work; the per-client path must give bit-identical numbers wherever its arithmetic did not change).
 
 Each line: the method, a sha256 of metrics.csv's numbers (every column but the seconds) and of clients.csv, and the
-last round's loss written out in full. Settings: benchmarks/broadcast_bytes.py's small runs (4 clients, 3 rounds), with
-momentum 0.5 and weight decay 1e-4 so that every term of the update is exercised, one client at a time.
-Usage: python benchmarks/per_client_identity.py [--out FILE]
+last round's loss written out in full. Settings: benchmarks/speed/broadcast_bytes.py's small runs (4 clients, 3
+rounds), with momentum 0.5 and weight decay 1e-4 so that every term of the update is exercised, one client at a time.
+Usage: python benchmarks/safety/per_client_identity.py [--out FILE]
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import hashlib
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed"))  # broadcast_bytes.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from broadcast_bytes import config, every_method  # noqa: E402
 

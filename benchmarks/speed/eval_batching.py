@@ -11,7 +11,7 @@ a GPU, cohort_overhead.py's count), the scalar reads among them (aten._local_sca
 a tensor; a host sync each where the tensor is on a GPU) and the host time. "Before" runs today's objective through
 the solver as it was (one alpha a call).
 
-Usage: python3 benchmarks/eval_batching.py [--repeats 5] [--out results/eval_batching.txt]
+Usage: python3 benchmarks/speed/eval_batching.py [--repeats 5] [--out results/eval_batching.txt]
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: report.py, pfllib_peer.py
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402

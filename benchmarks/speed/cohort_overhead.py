@@ -17,7 +17,7 @@ batch), and reports:
 Both should fall as the step is made static and captured. Variants: the same with BatchNorm, with crop-flip
 augmentation, and (--runs R) R runs of FedAvg differing only in seed trained as one computation.
 
-Usage: python3 benchmarks/cohort_overhead.py [--rounds 3] [--out results/cohort_overhead.txt]
+Usage: python3 benchmarks/speed/cohort_overhead.py [--rounds 3] [--out results/cohort_overhead.txt]
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: report.py, pfllib_peer.py
 sys.path.insert(0, str(HERE))
 
 from report import emit  # noqa: E402

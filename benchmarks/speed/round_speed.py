@@ -5,7 +5,7 @@ test split evaluated. Also reports the batch-10 training throughput as a fractio
 batch-256 throughput on this machine (the better of: the engine at batch 256, a plain 2-thread loop).
 Targets: <= 25 s per round in total; >= 0.75 of the batch-256 throughput.
 
-Usage: python benchmarks/round_speed.py [--data-root ../shared/data] [--rounds 3]
+Usage: python benchmarks/speed/round_speed.py [--data-root ../shared/data] [--rounds 3]
            [--out results/round_speed.txt]
 """
 
@@ -72,9 +72,9 @@ def plain_loop_throughput(fed, batch_size: int, steps: int = 40) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(HERE.parents[2] / "shared" / "data"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(HERE.parent / "results" / "round_speed.txt"))
+    parser.add_argument("--out", default=str(HERE.parents[1] / "results" / "round_speed.txt"))
     args = parser.parse_args()
 
     cfg = mnist_config(args.data_root, args.rounds)

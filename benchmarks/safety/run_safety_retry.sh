@@ -2,7 +2,7 @@
 # Issue 53's faults re-tried as a new user would, in a scratch folder: foreign checkpoints and client states, a missing
 # or unsafe client-state file, duplicate seeds, stale temporaries, a user's own files in --out, a damaged summary, the
 # empty config, tiny data.fraction, --resume where there is no run, lax types, a multi-line --set, clients without data.
-# Usage: mkdir /tmp/retry && cd /tmp/retry && bash /path/to/benchmarks/run_safety_retry.sh > retry.log 2>&1
+# Usage: mkdir /tmp/retry && cd /tmp/retry && bash /path/to/benchmarks/safety/run_safety_retry.sh > retry.log 2>&1
 # (needs pfedkit installed; the output of one run is results/run_safety_retry.txt)
 cat > base.toml <<'TOML'
 [data]

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The GPU speed benchmark (benchmarks/gpu_speed.py) on a lent GPU machine, in one device call.
+# The GPU speed benchmark (benchmarks/speed/gpu_speed.py) on a lent GPU machine, in one device call.
 #
 # Here, once per machine (what it makes is ignored by git through .git/info/exclude):
-#   bash benchmarks/gpu_speed_device.sh --prepare [PFLLIB]
+#   bash benchmarks/speed/gpu_speed_device.sh --prepare [PFLLIB]
 #     PFLLIB: a PFLlib checkout (a folder holding system/main.py) or its git directory (its newest commit is used);
 #     without it (a sitting that runs only benchmarks/device_suite.sh, or gpu_speed.py with --pfllib none) no peer.
-#     A CPU rehearsal of the benchmark itself: python3 benchmarks/gpu_speed.py --check --out /tmp/gpu_speed_check
+#     A CPU rehearsal of the benchmark itself: python3 benchmarks/speed/gpu_speed.py --check --out /tmp/gpu_speed_check
 #     Copies the CIFAR-10 JPEG copy into .devdata/ (19 MB), PFLlib's system/ folder into .peers/PFLlib/ (0.6 MB), and
 #     downloads into .devwheels/ the wheels the GPU machine lacks (10 MB): pydantic for pfedkit; cvxpy (with clarabel,
 #     osqp, qdldl) and calmsize, which PFLlib's main.py imports. With the 30 MB of tracked files: 60 MB of the 64 MiB
 #     a call carries.
 # There (device run, carry [".devwheels", ".devdata", ".peers"], timeout_s 560):
-#   bash benchmarks/gpu_speed_device.sh [BUDGET_SECONDS [GPU_SPEED_OPTIONS...]]      (default 400: the benchmark's own
+#   bash benchmarks/speed/gpu_speed_device.sh [BUDGET_SECONDS [GPU_SPEED_OPTIONS...]]      (default 400: the benchmark's own
 #   limit, after at most two minutes of wheels and `pytest -m gpu` on tests/test_cohort.py: equality of the cohort, its
 #   captured steps and its runs trained together, on the GPU). Options go to gpu_speed.py, e.g. a second call for the
 #   methods a first one cut: `... 200 --only fedafk,pgfedsplit,fedpac --pfllib none`; GPU_SPEED_OUT names the folder.
@@ -53,5 +53,5 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/nvi
 # first the cohort's equality checks on the GPU (tests/test_cohort.py's gpu-marked ones), then the side-by-side
 timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cohort.py tests/test_conv_forms.py > "$out/pytest_gpu.txt" 2>&1
 tail -n 2 "$out/pytest_gpu.txt"
-python3 benchmarks/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-400}" --out "$out" "${@:2}" 2>&1 \
+python3 benchmarks/speed/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-400}" --out "$out" "${@:2}" 2>&1 \
     | tee "$out/log.txt"

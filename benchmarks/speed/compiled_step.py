@@ -1,10 +1,10 @@
 """torch.compile of a cohort step, against the same step eager, on this machine (issue 57: capture or compile, measure
-both where they work). The step: 20 clients' gradients of a tiny CNN (benchmarks/cohort_overhead.py's) through
+both where they work). The step: 20 clients' gradients of a tiny CNN (benchmarks/speed/cohort_overhead.py's) through
 vmap(grad(functional_call)), then their SGD update on the stacked weights; the compile time of its one shape, and
 microseconds per step after warm-up. On a GPU, CUDA graphs (run.cohort_step) replace the host's issuing of a step
 by a replay; this says what compiling costs and gives where a compiler is at hand.
 
-Usage: python benchmarks/compiled_step.py [--out results/compiled_step.txt]
+Usage: python benchmarks/speed/compiled_step.py [--out results/compiled_step.txt]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ runs (a) a forward/backward of the global extractor under the random head, (b) a
 gradient; then one head epoch on cached features. Each pass is on other weights, so none can serve another; the cost
 follows from the design, and mu_gradient = "apfl" (PFLlib's approximation, no pass (c)) is the one cheaper reading.
 
-Usage: python benchmarks/fedafk_cost.py [--out results/fedafk_cost.txt]
+Usage: python benchmarks/speed/fedafk_cost.py [--out results/fedafk_cost.txt]
 """
 
 from __future__ import annotations
