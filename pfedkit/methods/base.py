@@ -19,8 +19,8 @@ from torch import nn
 from pfedkit.config import describe_validation_error
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.methods.local_sgd import LocalSGD
-from pfedkit.methods.plan import LocalPlan
-from pfedkit.models.base import PARTS, SplitModel, part_of
+from pfedkit.methods.plan import LocalPlan, part_of
+from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, MethodContext, State
 from pfedkit.seeding import seeded_torch
 

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pfedkit.methods.augment import crop_flip
-from pfedkit.methods.plan import Phase, augments, drops_single
-from pfedkit.models.base import PARTS, SplitModel, part_of
+from pfedkit.methods.plan import Phase, augments, drops_single, part_of
+from pfedkit.models.base import PARTS, SplitModel
 from pfedkit.records import ClientData, MethodContext
 from pfedkit.seeding import torch_generator
 

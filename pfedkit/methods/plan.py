@@ -23,6 +23,11 @@ from pfedkit.models.base import PARTS, SplitModel, deterministic_body, uses_batc
 from pfedkit.records import State
 
 
+def part_of(key: str) -> str:
+    """The part ("body" or "head") a state entry belongs to, by its name's first component."""
+    return key.split(".", 1)[0]
+
+
 def augments(train: Any, images: bool) -> bool:
     """The augmentation rule: train.augment "crop-flip" augments every training batch of an image data set."""
     return train.augment == "crop-flip" and images

@@ -11,11 +11,6 @@ from torch import nn
 PARTS = ("body", "head")
 
 
-def part_of(key: str) -> str:
-    """The part ("body" or "head") a state entry belongs to, by its name's first component."""
-    return key.split(".", 1)[0]
-
-
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     """The model in eval mode inside the block (no dropout, BatchNorm's running statistics); its mode restored after."""
