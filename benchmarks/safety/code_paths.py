@@ -29,8 +29,10 @@ parser.add_argument("--out", default="", help="also write the lines here")
 args = parser.parse_args()
 ROOT = Path(args.root).resolve()
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 
 import torch  # noqa: E402
+from report import emit  # noqa: E402
 
 import pfedkit.engine.cohort as cohort_module  # noqa: E402
 from pfedkit.engine.simulation import Simulation  # noqa: E402
@@ -137,10 +139,7 @@ def main() -> None:
     lines += [f"  {name}" for name in deciders]
     lines.append("lines of Python per folder:")
     lines += [f"  {folder}: {n}" for folder, n in sorted(lines_per_folder().items())]
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        Path(args.out).write_text(text)
+    emit("\n".join(lines), args.out or None)
 
 
 if __name__ == "__main__":
