@@ -448,6 +448,41 @@ def assert_same_metrics(got_dir, want_dir) -> None:
                 assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5), f"{got_dir} round {a['round']} {key}"
 
 
+@pytest.mark.parametrize("name", ["fedavg", "fedrep", "fedafk"])
+def test_runs_that_differ_in_learning_rate_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
+    """Issue 92: a sweep of train.lr packs into one stacked computation, each client stepping at its run's rate (a
+    method's own Joint step, FedAFK's, packs only runs of one rate); each run ends as it would alone."""
+    from pfedkit.engine import cohort as cohort_module
+    from pfedkit.engine import together
+    from pfedkit.experiments.pipeline import run_configs
+
+    sizes, stacked = [], []
+    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
+    monkeypatch.setattr(
+        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
+    )
+    monkeypatch.setattr(
+        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
+    )
+    rates = (0.02, 0.05, 0.1)
+
+    def configs(folder, **run):
+        base = dict(method={"name": name}, run={"cohort": "on", "seed": 1, **run})
+        return {folder / f"lr{lr}": synthetic(**base, train={"rounds": 2, "momentum": 0.5, "lr": lr}) for lr in rates}
+
+    runs = configs(tmp_path / "together")
+    run_configs(runs, resume=False, progress=False, log=lambda line: None)
+    assert sizes == [3, 3], "every round of the three runs handed in together"
+    joint = name == "fedafk"
+    assert max(stacked) == (6 if joint else 18), "6 clients of each run in one stack, unless a Joint step reads lr"
+    alone = configs(tmp_path / "alone", together="off")
+    run_configs(alone, resume=False, progress=False, log=lambda line: None)
+    for got, want in zip(runs, alone):
+        assert_same_metrics(got, want)
+    finals = [float(read_csv(d / "metrics.csv")[-1]["loss"]) for d in runs]
+    assert len(set(finals)) == 3, "the rates gave three runs, not one"
+
+
 @pytest.mark.parametrize("name", ["fedavg", "fedrep", "pgfedsplit"])
 def test_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
     from pfedkit.engine import together

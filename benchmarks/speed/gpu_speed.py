@@ -124,12 +124,16 @@ PLAN = [
         ("cohort", "cohort-grouped", "cohort-eager", "cohort-bf16", "per-client", "pfllib", "4-processes"),
     ),
     ("cifar10-100", "fedavg", 2, ("cohort", "cohort-chunks-50", "cohort-chunks-20", "per-client", "pfllib")),
-    ("cifar10-20", "fedavg", 2, ("3-seeds-together", "8-seeds-together", "cohort")),
+    ("cifar10-20", "fedavg", 2, ("3-seeds-together", "8-seeds-together", "3-rates-together", "cohort")),
     ("cifar10-r18", "fedavg", 2, ("cohort", "cohort-grouped", "per-client")),
     *[("cifar10-20", m, 2, ("cohort", "per-client", "pfllib")) for m in METHODS if m != "fedavg"],
     ("cifar10-20", "pgfedsplit", 2, ("3-seeds-together", "8-seeds-together")),  # beside its cohort row above
 ]
-TOGETHER = {"3-seeds-together": 3, "8-seeds-together": 8}  # runs packed into one cohort: seeds 0..N-1
+TOGETHER = {  # runs packed into one cohort: (seed, train.lr or the setting's)
+    "3-seeds-together": [(seed, None) for seed in range(3)],
+    "8-seeds-together": [(seed, None) for seed in range(8)],
+    "3-rates-together": [(0, lr) for lr in (0.0025, 0.005, 0.01)],  # a sweep of train.lr as one computation
+}
 COHORT_PATHS = {  # the cohort's variants: their run settings
     "cohort": {},
     "cohort-grouped": {"conv_form": "grouped"},
@@ -147,7 +151,8 @@ PATHS = (*COHORT_PATHS, *TOGETHER, "per-client", "pfllib", "4-processes")
 # the same with eager steps (what capture saves); cohort-bf16: the cohort with run.precision "bf16" (bfloat16 autocast
 # forward passes; its accuracy after the row's rounds beside float32's); 3-seeds-together: seeds 0, 1, 2 as one cohort
 # (run.together), seconds per round of the three together, against one seed's cohort row (issue 92's target: at most
-# 1.4x); 8-seeds-together: seeds 0-7 likewise (target: at most 3x); 4-processes: one client at a time in each of 4
+# 1.4x); 8-seeds-together: seeds 0-7 likewise (target: at most 3x); 3-rates-together: seed 0 at train.lr 0.0025,
+# 0.005 and 0.01 as one cohort (a sweep of rates packed); 4-processes: one client at a time in each of 4
 # worker processes sharing the GPU (run.gpus_per_worker = 0.25), the older way to fill a GPU
 
 
@@ -198,29 +203,32 @@ def pfedkit_run(
 
 
 def pfedkit_together(
-    setting: Setting, args: argparse.Namespace, method: str, rounds: int, clock: Clock, seeds=(0, 1, 2)
+    setting: Setting, args: argparse.Namespace, method: str, rounds: int, clock: Clock, runs: list[tuple[int, Any]]
 ) -> dict[str, Any]:
-    """Seeds trained as one cohort (run.together): seconds per round of the group (the slowest run's, as all wait for
-    the shared computation), the accuracies of the seeds."""
+    """Runs trained as one cohort (run.together), each a (seed, train.lr or None for the setting's): seconds per round
+    of the group (the slowest run's, as all wait for the shared computation), the runs' mean accuracy."""
     from pfedkit.experiments.pipeline import run_configs
 
     params = METHODS[method][1]
     with tempfile.TemporaryDirectory() as out:
-        runs = {}
-        for seed in seeds:
+        configs = {}
+        for seed, lr in runs:
             cfg = setting.config(args.data_root, method, rounds, args.device, "on", params)
-            runs[Path(out) / f"seed{seed}"] = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": seed})})
+            cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": seed})})
+            if lr is not None:
+                cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lr": lr})})
+            configs[Path(out) / f"seed{seed}-lr{lr}"] = cfg
         if clock.left < 30:
             return {"cut": "budget spent"}
-        run_configs(runs, resume=False, progress=False, log=lambda line: None)
-        per_run = [list(csv.DictReader(open(d / "metrics.csv"))) for d in runs]
+        run_configs(configs, resume=False, progress=False, log=lambda line: None)
+        per_run = [list(csv.DictReader(open(d / "metrics.csv"))) for d in configs]
     trained = [max(float(rows[r]["train_s"]) for rows in per_run) for r in range(rounds)]
     accs = [float(rows[rounds]["acc"]) for rows in per_run]
     return {
         "train_s": steady(trained),
         "acc": statistics.mean(accs),
         "rounds_done": rounds,
-        "note": f"{len(seeds)} runs",
+        "note": f"{len(runs)} runs",
     }
 
 
@@ -578,7 +586,7 @@ def main() -> None:
                 row.update(pfedkit_run(setting, fed, args, method, rounds, "off", clock, gpus_per_worker=0.25))
                 row.pop("batched", None)
             elif path in TOGETHER:
-                row.update(pfedkit_together(setting, args, method, rounds, clock, seeds=range(TOGETHER[path])))
+                row.update(pfedkit_together(setting, args, method, rounds, clock, runs=TOGETHER[path]))
             elif path == "pfllib":
                 row.update(
                     pfllib_run(

@@ -290,12 +290,13 @@ class Cohort:
         return self.method.capabilities().weights
 
     def signature(self) -> tuple[Any, ...]:
-        """What runs must share to train in one cohort: the method and its settings but the seed, and the model."""
+        """What runs must share to train in one cohort: the method and its settings but the seed and train.lr (each
+        client of a phase steps at its own run's rate), and the model."""
         method = self.method
         return (
             type(method),
             method.params.model_dump_json(),
-            method.ctx.train,
+            replace(method.ctx.train, lr=0.0),
             repr(method.model),
             tuple((k, tuple(v.shape), v.dtype) for k, v in method.model.state_dict().items()),
             self.device,
@@ -420,6 +421,12 @@ class Cohort:
         template = method.working_model(phase.model)
         settings = phase.settings(method.ctx.train, template, pool_x.dim() == 4)
         lr, momentum, weight_decay = settings.lr, settings.momentum, settings.weight_decay
+        # runs packed together may differ in train.lr (`signature`): each client steps at its own run's rate
+        rates = [p.settings(s.method.ctx.train, template, pool_x.dim() == 4).lr for p, s in zip(phases, slots)]
+        lr, per_client_lr = rates[0], len(set(rates)) > 1  # the lead run's rate need not be these clients'
+        if per_client_lr:
+            lrs = [{"lr": torch.tensor(rate, dtype=torch.float32, device=self.device)} for rate in rates]
+            lr_stack = self.arena.stack(("lr", phase.shape()), lrs)
         param_names = [name for name, _ in template.named_parameters()]
         rows = [s.rows() for s in slots]
         datas = [s.data for s in slots]
@@ -465,11 +472,12 @@ class Cohort:
             losses = batched_loss(train_w, fixed_w, x, y, view["given"])
             params = list(train_w.values())
             grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)
+            rate = view["lr"]["lr"] if per_client_lr else lr
             with torch.no_grad():
-                sgd_step(params, list(grads), list(view["momenta"].values()) or None, lr, momentum, weight_decay)
+                sgd_step(params, list(grads), list(view["momenta"].values()) or None, rate, momentum, weight_decay)
 
         template.train()
-        state = {"weights": weights, "momenta": momenta, "given": given}
+        state = {"weights": weights, "momenta": momenta, "given": given, **({"lr": lr_stack} if per_client_lr else {})}
         key = ("phase", phase.shape(), id(template), tuple(trained), settings.head_alone)
         self.run_steps(state, layout, pool_x, pool_y, step, key)
 
@@ -604,7 +612,9 @@ def train_together(
             data = cohort.fed.client(task.cid)
             begin_update(method)  # the client step's start (engine/client_step.py); its end: after_local
             plan = client_plan(method, task.payload, client, data, task.round)
-            key = (signatures[index], tuple(p.shape() for p in plan.phases))
+            # a step a method writes (Joint, Apply) reads its own run's train.lr: such plans pack only at one rate
+            rate = method.ctx.train.lr if any(isinstance(p, (Joint, Apply)) for p in plan.phases) else None
+            key = (signatures[index], rate, tuple(p.shape() for p in plan.phases))
             groups[key].append((index, Slot(cohort, task, data, plan)))
     lead.chunks.begin_round()
     for members in groups.values():  # clients whose plans differ only in their tensors train together

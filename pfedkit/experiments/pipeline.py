@@ -198,8 +198,8 @@ def check_reused_data(
 
 
 def together_key(config: Config) -> Optional[str]:
-    """Runs with the same key train as one cohort: the same config but the seed (and repeat), on the cohort path;
-    None for a run that trains alone."""
+    """Runs with the same key train as one cohort: the same config but the seed, the repeat and train.lr (each client
+    steps at its run's rate), on the cohort path; None for a run that trains alone."""
     if not placement(config.run).together:
         return None
     if not method_class(config.method.name, config.method.module).capabilities().plan:  # one client at a time
@@ -207,6 +207,7 @@ def together_key(config: Config) -> Optional[str]:
     raw = config.to_dict()
     for key in ("seed", "repeat", "log_to"):
         raw["run"].pop(key, None)
+    raw.get("train", {}).pop("lr", None)
     return json.dumps(raw, sort_keys=True, default=str)
 
 

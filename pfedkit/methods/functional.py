@@ -68,12 +68,13 @@ def sgd_step(
     params: list[torch.Tensor],
     grads: list[Optional[torch.Tensor]],
     momenta: Optional[list[torch.Tensor]],
-    lr: float,
+    lr: float | torch.Tensor,
     momentum: float,
     weight_decay: float,
 ) -> None:
     """torch.optim.SGD's update (no dampening, no Nesterov) in place; a tensor without a gradient is skipped, as
-    SGD skips a parameter whose grad is None. A momentum buffer starting at zero equals SGD's first-step copy."""
+    SGD skips a parameter whose grad is None. A momentum buffer starting at zero equals SGD's first-step copy. `lr` a
+    tensor [clients]: each client's own rate (runs packed together that differ in train.lr)."""
     keep = [i for i, g in enumerate(grads) if g is not None]
     if not keep:
         return
@@ -86,4 +87,7 @@ def sgd_step(
         torch._foreach_mul_(m, momentum)
         torch._foreach_add_(m, d)
         d = m
-    torch._foreach_add_(p, d, alpha=-lr)
+    if isinstance(lr, torch.Tensor):
+        torch._foreach_sub_(p, [g * lr.view(-1, *[1] * (g.dim() - 1)) for g in d])
+    else:
+        torch._foreach_add_(p, d, alpha=-lr)
