@@ -17,7 +17,7 @@
 #   methods a first one cut: `... 200 --only fedafk,pgfedsplit,fedpac --pfllib none`; GPU_SPEED_OUT names the folder.
 # Back here: tar xzf /work/.device/<N>/gpu_speed.tgz (in the repository root: results/gpu_speed/), commit.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if [ "${1:-}" = --prepare ]; then
     source=${2:-}
     for ignored in /.devdata/ /.devwheels/ /.peers/ /.devruns/; do
