@@ -111,6 +111,13 @@ METHODS: dict[str, Peer] = {
         "Ditto", ("-mu", "0.1", "-pls", "1"), note="PFLlib's -mu is Ditto's lambda (0.1 ours), -pls personal epochs"
     ),
     "local": Peer("Local"),
+    "fedavg-drop-last": Peer(
+        "FedAvg",
+        method="fedavg",
+        pfllib_as="fedavg",
+        train={"drop_last": True},
+        note="ours leaving out each epoch's last partial batch, as PFLlib's loaders do (train.drop_last)",
+    ),
     "fedprox": Peer("FedProx", ("-mu", "0.01"), note="PFLlib's default mu 0 would be FedAvg: set to our 0.01"),
     "fedbabu": Peer(
         "FedBABU",

@@ -86,6 +86,9 @@ class TrainSection(Section):
     full_last_round: bool = False  # every client trains in the last training round (FedPAC's code with 100 clients)
     # training batches only: a random crop of the image padded by 4 and a left-right flip (FedPAC's CIFAR code)
     augment: Literal["none", "crop-flip"] = "none"
+    # leave out each epoch's last partial batch, as torch's DataLoader(drop_last=True) does (PFLlib's training
+    # loaders; a client with fewer samples than a batch then takes no step); false keeps it, as the papers' text reads
+    drop_last: bool = False
 
 
 class EvalSection(Section):

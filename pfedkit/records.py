@@ -30,6 +30,7 @@ class TrainSettings:
     momentum: float = 0.0
     weight_decay: float = 0.0
     augment: str = "none"  # train.augment: "crop-flip" augments every training batch of an image data set
+    drop_last: bool = False  # train.drop_last: each epoch's last partial batch left out (torch's DataLoader reading)
     precision: str = "float32"  # run.precision: "bf16" runs local training's forward passes under autocast
 
     def autocast(self, device: "torch.device | str") -> Any:

@@ -408,6 +408,7 @@ def build_method(
         momentum=config.train.momentum,
         weight_decay=config.train.weight_decay,
         augment=config.train.augment,
+        drop_last=config.train.drop_last,
         precision=config.run.precision,
     )
     setting = RunSetting(config.partition.clients, config.train.rounds, config.train.join_ratio)

@@ -449,7 +449,9 @@ def assert_same_metrics(got_dir, want_dir) -> None:
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedrep", "fedafk"])
-def test_runs_that_differ_in_learning_rate_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
+def test_runs_that_differ_in_learning_rate_train_as_one_cohort_each_ending_as_it_would_alone(
+    tmp_path, name, monkeypatch
+):
     """Issue 92: a sweep of train.lr packs into one stacked computation, each client stepping at its run's rate (a
     method's own Joint step, FedAFK's, packs only runs of one rate); each run ends as it would alone."""
     from pfedkit.engine import cohort as cohort_module
@@ -655,3 +657,24 @@ def test_a_plan_method_whose_local_plan_returns_none_is_told_so_on_either_path(m
     ):
         with pytest.raises(PfedkitError, match="local_plan returned None for client 0; return a LocalPlan"):
             path()
+
+
+def test_drop_last_leaves_out_each_epochs_partial_batch_on_both_paths():
+    """train.drop_last (PFLlib's loaders' reading): batches of exactly batch_size, the order drawn as without it; a
+    client smaller than a batch takes no step; the cohort gives what one client at a time gives."""
+    method, fed = method_for("fedavg", images=True, drop_last=True), federation(True)
+    plain = method_for("fedavg", images=True)
+    for cid, n in enumerate(SIZES):
+        data = fed.client(cid)
+        kept = list(method.batches(data, 0, "train"))
+        every = list(plain.batches(data, 0, "train"))
+        assert all(len(idx) == 4 for idx in kept) and len(kept) == 2 * (n // 4)
+        assert [idx.tolist() for idx in kept] == [idx.tolist() for idx in every if len(idx) == 4]
+    tasks = round_tasks(method, fed, round=2)
+    want = {t.cid: local_update(method, t.payload, t.client, fed.client(t.cid), t.round) for t in tasks}
+    got = dict(Cohort(method, fed).train(tasks))
+    for cid in want:
+        assert_states_close(got[cid][0], want[cid][0], f"client {cid} reply")
+    alone = [t for t in tasks if SIZES[t.cid] < 4][0]  # the client of one sample: no step, its weights as received
+    start = alone.payload
+    assert all(torch.equal(want[alone.cid][0][k], start[k]) for k in start if k in want[alone.cid][0])

@@ -104,7 +104,7 @@ class LocalSGD:
         self, data: ClientData, round: int, purpose: str, epochs: Optional[int] = None, drop_single: bool = False
     ) -> Iterator[torch.Tensor]:
         """Index batches over `epochs` shuffled passes of the client's training set, seeded by (seed, round, client,
-        purpose)."""
+        purpose); with train.drop_last each pass's last partial batch is left out (the order drawn all the same)."""
         self.note_draw(round, data.cid, purpose)
         gen = torch_generator(self.ctx.seed, round, data.cid, purpose)
         n, bs = data.num_train, self.ctx.train.batch_size
@@ -112,6 +112,8 @@ class LocalSGD:
             order = torch.randperm(n, generator=gen)
             for start in range(0, n, bs):
                 idx = order[start : start + bs]
+                if self.ctx.train.drop_last and idx.numel() < bs:
+                    continue
                 if drop_single and n > 1 and idx.numel() == 1:  # BatchNorm cannot train on a batch of one
                     continue
                 yield idx
