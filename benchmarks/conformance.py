@@ -529,8 +529,9 @@ AUTHORS_NOTE = (
     "The papers' own released code, run unchanged from a checkout in the ignored `.peers/`, beside pfedkit's method "
     "step by step: one client's update and one aggregation on a tiny model, from the same weights, on the same "
     "batches, with the same hyper-parameters. FedAFK and PGFedSplit have no public code (searched: repository names, "
-    "file names, the titles); HEART-PFL's and FedPAC's are checked here. Each section is written by its script "
-    "(`benchmarks/authors_*.py`) into `results/authors/`."
+    "file names, the titles); FedPAC's, HEART-PFL's and PerAda's (the code HEART-PFL forks, a baseline of its "
+    "paper) are checked here. Each section is written by its script (`benchmarks/authors_*.py`) into "
+    "`results/authors/`."
 )
 
 
@@ -542,7 +543,7 @@ def authors_sections(folder: Path) -> list[str]:
     lines = ["## The authors' code", "", *textwrap.wrap(AUTHORS_NOTE, 116), ""]
     for page in pages:
         text = page.read_text().strip("\n")
-        lines += [("#" + line if line.startswith("## ") else line) for line in text.splitlines()]
+        lines += [("###" + line.lstrip("#") if line.startswith("#") else line) for line in text.splitlines()]
         lines.append("")
     return lines
 
