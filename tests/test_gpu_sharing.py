@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 
 import pytest
 import torch
@@ -37,19 +36,6 @@ def replies_from(start_method: str) -> dict:
     ]
     with Executor(method, fed, 2, start_method=start_method) as executor:
         return {cid: reply for cid, (reply, _, _) in executor.run(tasks)}
-
-
-def test_worker_processes_start_fresh_in_a_process_that_has_loaded_ray(monkeypatch):
-    """A forked worker inherits Ray's threads and objects and can crash in them: with Ray loaded, workers spawn."""
-    config = synthetic(method={"name": "fedper"}, partition={"scheme": "iid"})
-    fed = build_federated(config)
-    method = make_method(config, fed)
-    monkeypatch.delitem(sys.modules, "ray", raising=False)
-    with Executor(method, fed, 2) as executor:
-        assert executor.pool._mp_context.get_start_method() == "fork"
-    monkeypatch.setitem(sys.modules, "ray", object())
-    with Executor(method, fed, 2) as executor:
-        assert executor.pool._mp_context.get_start_method() == "spawn"
 
 
 @pytest.mark.slow

@@ -191,9 +191,7 @@ class Executor:
         on_gpu = torch.device(worker_device).type != "cpu"
         self.workers = workers_per_gpu(workers, gpus_per_worker) if on_gpu else default_workers(workers)
         self.pool, self.shared_file, self.worker_device = None, None, worker_device
-        # a process that has run Ray keeps its threads and objects, and a forked child that touches them crashes
-        # (a segfault in _raylet.so was seen after Ray had run in the same process): fresh processes then
-        start_method = start_method or ("spawn" if on_gpu or "ray" in sys.modules else "fork")
+        start_method = start_method or ("spawn" if on_gpu else "fork")
         if self.workers > 1 or on_gpu:
             if start_method == "fork":
                 _SHARED = (method, fed)
