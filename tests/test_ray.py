@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 
@@ -30,6 +31,7 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
+    gc.collect()  # Ray's objects finalized here, not in a later test's forked worker (a segfault in _raylet.so)
 
 
 def metrics(folder):

@@ -3,6 +3,7 @@ its own raylet): the work spreads over both nodes and the run ends with the loca
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -60,6 +61,7 @@ def two_nodes(monkeypatch):
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        gc.collect()  # Ray's objects finalized here, not in a later test's forked worker (a segfault in _raylet.so)
 
 
 def processes_of(cluster) -> list[int]:
