@@ -62,6 +62,10 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # pfedkit from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: authors_peer.py
+
+from authors_peer import PeerCode, PeerMissing, patched  # noqa: E402
+
 PEER = REPO / ".peers" / "HEART-PFL"
 PEER_COMMIT = "d90e395d213621df6e794a7b2fd99e9ee563fe7b"  # the HEAD extracted (git archive of the fetched mirror)
 OUT = REPO / "results" / "authors" / "heart.md"
@@ -106,70 +110,16 @@ STUBS = ("wandb", "pandas", "torchvision")
 STAT_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
 
 
-class PeerMissing(FileNotFoundError):
-    pass
-
-
-# ---------------------------------------------------------------- their code, imported and driven on the CPU
-
-
-def _is_cuda(device: Any) -> bool:
-    return (isinstance(device, str) and device.startswith("cuda")) or (
-        isinstance(device, torch.device) and device.type == "cuda"
-    )
-
-
-@contextlib.contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    had = name in vars(owner)
-    before = vars(owner).get(name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if had:
-            setattr(owner, name, before)
-        else:
-            delattr(owner, name)
-
-
-@contextlib.contextmanager
-def cuda_as_cpu() -> Iterator[None]:
-    """The code's `.to("cuda")`, `.cuda()` and `module.cuda()` leave tensors and modules where they are."""
-    to = torch.Tensor.to
-
-    def cpu_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if (args and _is_cuda(args[0])) or _is_cuda(kwargs.get("device")):
-            return self
-        return to(self, *args, **kwargs)
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(torch.Tensor, "to", cpu_to))
-        stack.enter_context(patched(torch.Tensor, "cuda", lambda self, *a, **k: self))
-        stack.enter_context(patched(nn.Module, "cuda", lambda self, *a, **k: self))
-        yield
-
-
-def stub_module(name: str) -> types.ModuleType:
-    stub = types.ModuleType(name)
-    stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    return stub
-
-
-class Peer:
-    """The authors' modules, imported from `path` under their own top-level names (optim, models, aggregation,
-    utils, ...) only while `active()`: outside it, those names in sys.modules are whatever they were before."""
+class Peer(PeerCode):
+    """The authors' modules this check drives, imported from `path` (`PeerCode`: only while `active()`)."""
 
     def __init__(self, path: Path):
-        self.path = Path(path).resolve()
+        super().__init__(path, PEER_TOPS, STUBS)
         if not (self.path / "optim" / "ours.py").is_file():
             raise PeerMissing(
                 f"the authors' HEART-PFL code is not at {self.path}: fetch GitHub danny0628/HEART-PFL and extract it "
                 "there (mkdir -p .peers/HEART-PFL && git --git-dir=<mirror> archive HEAD | tar -x -C .peers/HEART-PFL)"
             )
-        self.modules: dict[str, types.ModuleType] = {}
-        # wandb always (the paths compared never log; importing it pulls in much), the others where not installed
-        self.stubbed = ["wandb"] + [name for name in STUBS[1:] if importlib.util.find_spec(name) is None]
         with self.active():
             # optim/__init__.py imports optim/fedavg.py -> optim/base.py, which does not compile (an indentation error
             # in FedBase.test_al at this commit): the package is entered without its __init__, as ours.py needs
@@ -182,36 +132,7 @@ class Peer:
             self.averaging = importlib.import_module("aggregation.averaging")
             self.distillation = importlib.import_module("aggregation.distillation")
             self.model_utils = importlib.import_module("models.model_utils")
-        for module in (self.ours, self.averaging, self.distillation, self.model_utils):
-            if not Path(module.__file__).resolve().is_relative_to(self.path):
-                raise RuntimeError(f"{module.__name__} came from {module.__file__}, not from {self.path}")
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        def ours(name: str) -> bool:
-            return name.split(".")[0] in PEER_TOPS or name.split(".")[0] in self.stubbed
-
-        saved = {n: m for n, m in sys.modules.items() if ours(n)}
-        for n in saved:
-            del sys.modules[n]
-        for name in self.stubbed:  # imported by the code's modules, unused on the paths compared here
-            stub = self.modules.get(name) or stub_module(name)
-            if name == "torchvision":
-                stub.models = self.modules.get("torchvision.models") or stub_module("torchvision.models")
-                sys.modules["torchvision.models"] = stub.models
-            sys.modules[name] = stub
-        sys.modules.update(self.modules)
-        sys.path.insert(0, str(self.path))
-        try:
-            with cuda_as_cpu():
-                yield
-        finally:
-            sys.path.remove(str(self.path))
-            theirs = {n: m for n, m in sys.modules.items() if ours(n)}
-            self.modules.update(theirs)
-            for n in theirs:
-                del sys.modules[n]
-            sys.modules.update(saved)
+        self.check_origin(self.ours, self.averaging, self.distillation, self.model_utils)
 
     def model(self) -> nn.Module:
         """Their adapter ResNet-18 (`get_adapter_model`), ImageNet stem, without the pretrained download."""

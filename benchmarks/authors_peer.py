@@ -1,0 +1,106 @@
+"""What the checks against a PerAda-style checkout share (benchmarks/authors_heart.py, authors_perada.py): the
+authors' modules imported under their own top-level names only while a `PeerCode` is active, the packages their
+paths never use stubbed, and their `.cuda()` calls left on the CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+
+class PeerMissing(FileNotFoundError):
+    pass
+
+
+def _is_cuda(device: Any) -> bool:
+    return (isinstance(device, str) and device.startswith("cuda")) or (
+        isinstance(device, torch.device) and device.type == "cuda"
+    )
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    had = name in vars(owner)
+    before = vars(owner).get(name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(owner, name, before)
+        else:
+            delattr(owner, name)
+
+
+@contextlib.contextmanager
+def cuda_as_cpu() -> Iterator[None]:
+    """The code's `.to("cuda")`, `.cuda()` and `module.cuda()` leave tensors and modules where they are."""
+    to = torch.Tensor.to
+
+    def cpu_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if (args and _is_cuda(args[0])) or _is_cuda(kwargs.get("device")):
+            return self
+        return to(self, *args, **kwargs)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patched(torch.Tensor, "to", cpu_to))
+        stack.enter_context(patched(torch.Tensor, "cuda", lambda self, *a, **k: self))
+        stack.enter_context(patched(nn.Module, "cuda", lambda self, *a, **k: self))
+        yield
+
+
+def stub_module(name: str) -> types.ModuleType:
+    stub = types.ModuleType(name)
+    stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    return stub
+
+
+class PeerCode:
+    """A checkout at `path` whose top-level names (`tops`: optim, models, ...) are in sys.modules only while
+    `active()`: outside it, those names are whatever they were before. `stubs[0]` (wandb) is always stubbed, the rest
+    only where not installed."""
+
+    def __init__(self, path: Path, tops: Sequence[str], stubs: Sequence[str]):
+        self.path, self.tops = Path(path).resolve(), tuple(tops)
+        self.modules: dict[str, types.ModuleType] = {}
+        self.stubbed = [stubs[0]] + [name for name in stubs[1:] if importlib.util.find_spec(name) is None]
+
+    def check_origin(self, *modules: types.ModuleType) -> None:
+        for module in modules:
+            if not Path(module.__file__).resolve().is_relative_to(self.path):
+                raise RuntimeError(f"{module.__name__} came from {module.__file__}, not from {self.path}")
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        def ours(name: str) -> bool:
+            return name.split(".")[0] in self.tops or name.split(".")[0] in self.stubbed
+
+        saved = {n: m for n, m in sys.modules.items() if ours(n)}
+        for n in saved:
+            del sys.modules[n]
+        for name in self.stubbed:  # imported by the code's modules, unused on the paths compared here
+            stub = self.modules.get(name) or stub_module(name)
+            if name == "torchvision":
+                stub.models = self.modules.get("torchvision.models") or stub_module("torchvision.models")
+                sys.modules["torchvision.models"] = stub.models
+            sys.modules[name] = stub
+        sys.modules.update(self.modules)
+        sys.path.insert(0, str(self.path))
+        try:
+            with cuda_as_cpu():
+                yield
+        finally:
+            sys.path.remove(str(self.path))
+            theirs = {n: m for n, m in sys.modules.items() if ours(n)}
+            self.modules.update(theirs)
+            for n in theirs:
+                del sys.modules[n]
+            sys.modules.update(saved)
