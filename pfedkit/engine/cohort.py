@@ -420,10 +420,15 @@ class Cohort:
         given = self.arena.stack(("given", phase.shape()), [p.given for p in phases]) if phase.given else {}
         template = method.working_model(phase.model)
         settings = phase.settings(method.ctx.train, template, pool_x.dim() == 4)
-        lr, momentum, weight_decay = settings.lr, settings.momentum, settings.weight_decay
-        # runs packed together may differ in train.lr (`signature`): each client steps at its own run's rate
-        rates = [p.settings(s.method.ctx.train, template, pool_x.dim() == 4).lr for p, s in zip(phases, slots)]
-        lr, per_client_lr = rates[0], len(set(rates)) > 1  # the lead run's rate need not be these clients'
+        momentum, weight_decay = settings.momentum, settings.weight_decay
+        # runs packed together may differ in train.lr (`signature`): each client steps at its own run's rate,
+        # settled once per run (the lead run's rate need not be these clients')
+        run_rates: dict[int, float] = {}
+        for p, s in zip(phases, slots):
+            if id(s.method) not in run_rates:
+                run_rates[id(s.method)] = p.settings(s.method.ctx.train, template, pool_x.dim() == 4).lr
+        rates = [run_rates[id(s.method)] for s in slots]
+        lr, per_client_lr = rates[0], len(set(rates)) > 1
         if per_client_lr:
             lrs = [{"lr": torch.tensor(rate, dtype=torch.float32, device=self.device)} for rate in rates]
             lr_stack = self.arena.stack(("lr", phase.shape()), lrs)
