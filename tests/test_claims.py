@@ -433,6 +433,45 @@ def test_within_judges_closeness_between_two_columns(tmp_path):
     assert judge({**claim, "points": 0.2}, Evidence(tmp_path, 5, floor=0.01)).verdict == FAILS
 
 
+def test_equal_judges_a_papers_turns_into_as_within_points_either_way(tmp_path):
+    # w/o both "turns into" Standalone: the same within a band, whichever of the two is ahead
+    for seed, (no_both, local) in enumerate(((0.700, 0.702), (0.695, 0.694), (0.705, 0.707))):
+        flat_run(tmp_path / "col" / "no-both" / f"seed{seed}", no_both)
+        flat_run(tmp_path / "col" / "local" / f"seed{seed}", local)
+        flat_run(tmp_path / "col" / "far" / f"seed{seed}", local + 0.03)
+        flat_run(tmp_path / "col" / "below" / f"seed{seed}", local - 0.03)
+    evidence = Evidence(tmp_path, 5, floor=0.1)
+    claim = {"kind": "equal", "text": "turns into", "column": "col", "rows": ["no-both", "local"], "points": 1.0}
+    judged = judge(claim, evidence)
+    assert (judged.verdict, judged.judges) == (HOLDS, "within 1 points either way")
+    assert "-0.10 over local" in judged.detail and "+0.10 over no-both" in judged.detail  # each way shown
+    assert judge({**claim, "rows": ["no-both", "far"]}, evidence).verdict == FAILS  # 3 points below
+    assert judge({**claim, "rows": ["no-both", "below"]}, evidence).verdict == FAILS  # 3 points above: one way only
+    assert judge({**claim, "points": 0.1}, evidence).verdict == UNSURE  # a gap of 0.1 on a band of 0.1
+    assert judge({**claim, "rows": ["no-both", "nowhere"]}, evidence).verdict == NOT_RUN
+
+
+def test_converged_judges_every_row_flat_at_the_end_and_waits_on_runs_shorter_than_the_papers(tmp_path):
+    rising = [0.5 + 0.002 * r for r in range(101)]  # 0.2 points a round: 4 points between the last two fifths
+    for seed in range(3):
+        flat_run(tmp_path / "col" / "flat" / f"seed{seed}", 0.60 + 0.001 * seed, n=101)
+        flat_run(tmp_path / "col" / "also" / f"seed{seed}", 0.55 - 0.001 * seed, n=101)
+        run(tmp_path / "col" / "rising" / f"seed{seed}", [a + 0.001 * seed for a in rising])
+    evidence = Evidence(tmp_path, 5, floor=0.01)  # flat by 0.10 against a bar of t(2) x 0.01 x sqrt(2 / 3)
+    claim = {"kind": "converged", "text": "all converge", "column": "col", "rows": ["flat", "also"]}
+    judged = judge(claim, evidence)
+    assert (judged.verdict, judged.judges) == (HOLDS, "flat at the end")
+    assert "+0.00 in its last fifth against a limit of 0.10" in judged.detail  # 20 rounds apart: 0.5 x 20 / 100
+    fails = judge({**claim, "rows": ["flat", "rising"]}, evidence)
+    assert fails.verdict == FAILS and fails.detail.startswith("rising +4.00 in its last fifth")
+    assert judge({**claim, "rows": ["flat", "rising"], "rounds": 100}, evidence).verdict == FAILS  # as long
+    longer = judge({**claim, "rows": ["flat", "rising"], "rounds": 1000}, evidence)
+    assert longer.verdict == UNSURE and "stop at round 100 of the paper's 1000: may yet settle" in longer.detail
+    absent = judge({**claim, "rows": ["flat", "nowhere"]}, evidence)
+    assert absent.verdict == HOLDS and "not run: nowhere" in absent.detail
+    assert judge({**claim, "rows": ["flat"]}, Evidence(tmp_path, 5)).verdict == UNSURE  # no floor, no verdict
+
+
 BOLD_VERDICT = re.compile(r"\*\*(holds|does not hold|cannot tell)\*\*")
 # in the prose, any bold span that states a verdict ("**FedAFK above FedRep does not hold**"), lines joined first
 BOLD_SPAN = re.compile(r"\*\*([^*]+)\*\*")  # spans paired from the left, as markdown pairs them
@@ -1134,6 +1173,11 @@ def test_a_borrowed_floor_bounds_a_suite_only_of_the_setting_it_was_measured_in(
         ({"kind": "margin", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 0}, "at_least = 0"),
         ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["a"], "points": 1}, "other than"),
         ({"kind": "below", "text": "t", "column": "col", "rows": ["a"]}, "at least one other row"),
+        ({"kind": "equal", "text": "t", "column": "col", "rows": ["a", "b", "a"], "points": 1}, "exactly two"),
+        ({"kind": "equal", "text": "t", "column": "col", "rows": ["a", "a"], "points": 1}, "exactly two different"),
+        ({"kind": "equal", "text": "t", "column": "col", "rows": ["a", "b"]}, "needs points"),
+        ({"kind": "converged", "text": "t", "column": "col", "rows": ["a", "a"]}, "each once"),
+        ({"kind": "converged", "text": "t", "column": "col", "rows": ["a"], "rounds": 1.5}, "rounds = 1.5"),
         ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["b"], "points": 0}, "points = 0"),
         ({"kind": "near", "text": "t", "column": "col", "row": "a", "over": ["b"], "at_least": 1}, "unknown key"),
         (

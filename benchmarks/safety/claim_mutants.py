@@ -607,6 +607,21 @@ MUTANTS = {
         "    target = LEADING_SEEDS\n",
         "pfedkit/papers/reproduce.py",
     ),
+    "M109": (
+        "equal: judged one way only (the first row at most points behind the second), not either way (issue 96)",
+        "    ways = [near({**claim, \"row\": a, \"over\": [b]}, evidence) for a, b in ((first, second), (second, first))]\n",
+        "    ways = [near({**claim, \"row\": a, \"over\": [b]}, evidence) for a, b in ((first, second),)]\n",
+    ),
+    "M110": (
+        "converged: a row still rising on runs shorter than the paper's rounds does not hold (issue 96)",
+        "        if verdict == FAILS and paper_rounds is not None and ran < paper_rounds:\n",
+        "        if False:\n",
+    ),
+    "M111": (
+        "converged: the limit half a point whatever the fifths' distance, not the ↑ mark's per 100 rounds (issue 96)",
+        "        limit = RISE_POINTS * (1.0 if short else min(1.0, gains[0][1] / PER_ROUNDS))\n",
+        "        limit = RISE_POINTS\n",
+    ),
 }
 
 

@@ -9,7 +9,10 @@ par" or "near-highest": `row` at most `points` behind each of `over` (a margin o
 closeness: `row` in `column` within `points` of the same row in the `reference` column; "number" judges a match:
 `row` within `points` of a paper's number `value` (one run against a constant: the floor counts once); "count" a
 parameter count: the trainable parameters of a `model` built here against the paper's `millions`, at the paper's
-precision (no runs and no noise: rules 1-4 do not apply).
+precision (no runs and no noise: rules 1-4 do not apply); "equal" judges a paper's "turns into": the two `rows` within
+`points` of each other either way ("near" both ways); "converged" a paper's "all methods converge": every one of
+`rows` gains in its last fifth no more than the tables' ↑ mark allows, judged per row by rule 3 on its per-seed gains
+(a row still rising on runs shorter than the paper's `rounds` cannot tell).
 Every kind compares the mean accuracy of the evaluations in each run's last k rounds (the same stretch of training
 for a row evaluated every round and an FT row evaluated every 5). The rules:
 
@@ -66,6 +69,8 @@ from pfedkit.config import PLACEMENT_KEYS, RunSection, flat, read_toml
 from pfedkit.errors import PfedkitError
 from pfedkit.registry import inert_keys, read_saved_config, with_method_values
 from pfedkit.reports.tables import (
+    MIN_EVALUATIONS,
+    PER_ROUNDS,
     RISE_POINTS,
     config_section,
     curve_gain,
@@ -935,6 +940,73 @@ def within(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     return Judgement(verdict, judges, f"{numbers}; room left {why}{notes}", basis)
 
 
+def equal(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """The two `rows` the same within `points` either way (a paper's "turns into", "is the same as"): "near" each way,
+    by its rules; holds when both ways hold, does not hold when either does not."""
+    first, second = claim["rows"]
+    ways = [near({**claim, "row": a, "over": [b]}, evidence) for a, b in ((first, second), (second, first))]
+    judges = f"within {claim['points']:g} points either way"
+    if any(way.verdict == NOT_RUN for way in ways):
+        return Judgement(NOT_RUN, judges, next(w.detail for w in ways if w.verdict == NOT_RUN))
+    verdict = every_pair([way.verdict for way in ways])
+    detail = "; ".join(f"{a}: {way.detail}" for a, way in zip((first, second), ways))
+    return Judgement(verdict, judges, detail, tuple(b for way in ways for b in way.basis))
+
+
+def converged(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
+    """Every one of `rows` flat at the end of its runs (a paper's "all methods converge", "little or no gain with more
+    rounds"): a row's last fifth may gain at most what the tables' ↑ mark allows (RISE_POINTS, per PER_ROUNDS rounds
+    where the fifths are closer), judged by rule 3 on its per-seed gains against that limit. Holds when every row is
+    flat beyond the bar; does not hold when a row still rises beyond it, on runs as long as the paper's `rounds` only
+    (a shorter run still rising may yet settle: cannot tell)."""
+    column, point, paper_rounds = claim["column"], evidence.point(claim), claim.get("rounds")
+    judges = "flat at the end"
+    verdicts, shown, absent, bases, read = [], {}, [], {}, {}
+    for row in claim["rows"]:
+        values, unread = read[row] = evidence.read(column, row, point)
+        if not values:
+            if unread:
+                verdicts.append(UNSURE)
+                shown[row] = (UNSURE, f"not judged: {unread_note(unread)}", math.inf)
+            else:
+                absent.append(row)
+            continue
+        seeds = sorted(values)
+        runs = evidence.runs(column, row, seeds)
+        curves = [dict(headline_curve(run, point)) for run in runs]
+        rounds = sorted(set.intersection(*(set(c) for c in curves)))  # every seed read at the same rounds
+        if len(rounds) < 2:
+            verdicts.append(UNSURE)
+            shown[row] = (UNSURE, "too few evaluations to see a trend", math.inf)
+            continue
+        gains = [curve_gain([(r, 100 * c[r]) for r in rounds]) for c in curves]
+        short = len(rounds) < MIN_EVALUATIONS  # as the ↑ mark: too few to scale by rounds, the limit outright
+        limit = RISE_POINTS * (1.0 if short else min(1.0, gains[0][1] / PER_ROUNDS))
+        excess = [limit - gain for gain, _ in gains]  # above 0: flatter than the mark allows
+        read_at = evidence.points_read([(column, row)], point, seeds)
+        floor, no_floor = evidence.floor_for([statistics.fmean(values.values())], point, read_at)
+        verdict, why = decide(excess, floor, no_floor)
+        ran = max((configured_rounds(run) or 0) for run in runs)
+        if verdict == FAILS and paper_rounds is not None and ran < paper_rounds:
+            verdict, why = UNSURE, f"{why}, but its runs stop at round {ran} of the paper's {paper_rounds}: may yet settle"
+        gain = statistics.fmean(g for g, _ in gains)
+        verdicts.append(verdict)
+        basis = Basis.of([(column, row)], seeds, excess, floor)
+        bases[row] = (verdict, basis)
+        shown[row] = (verdict, f"{gain:+.2f} in its last fifth against a limit of {limit:.2f} ({why})", gain)
+    if not verdicts:
+        return evidence.not_run(judges, column, absent)
+    verdict = every_pair(verdicts)
+    # the rows that decide it first: for "holds" the one gaining most, else the rows of the verdict, steepest first
+    deciding = sorted((r for r, (v, _, _) in shown.items() if v == verdict), key=lambda r: -shown[r][2])
+    deciding = deciding[:1] if verdict == HOLDS else deciding[:2]
+    detail = "; ".join(f"{row} {shown[row][1]}" for row in deciding)
+    rest = [v for r, (v, _, _) in shown.items() if r not in deciding]
+    detail += other_pairs(rest).replace("the other pairs", "the other rows", 1)
+    detail += evidence.absent(column, absent) + read_notes(evidence, column, read)
+    return Judgement(verdict, judges, detail, resting_on(bases, verdict))
+
+
 def room_left(points: float, gaps: Sequence[float]) -> list[float]:
     """Per seed, how far inside `points` the gap lies, the gaps taken on the side of their mean (rule 3 takes the
     spread of the signed gaps: seeds at +0.9 and -0.9 are a mean of 0 with a wide error, not two gaps of 0.9)."""
@@ -1014,6 +1086,8 @@ KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
     "near": near,
     "number": number,
     "count": count,
+    "equal": equal,
+    "converged": converged,
 }
 
 

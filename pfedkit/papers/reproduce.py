@@ -63,6 +63,8 @@ def claim_differences(suite: Suite, claim: Mapping[str, Any], scale: str = "smal
     table's rule 2 judges runs (`claims.unlike_runs`), here on the cells' configs before anything runs."""
     from pfedkit.registry import with_method_values
 
+    if claim.get("kind") == "converged":  # each row judged on its own curve: nothing compared across rows
+        return []
     configs = {
         r: flat(
             with_method_values(

@@ -45,6 +45,11 @@ CLAIM_KEYS = {
     # a paper's "on par" or "near-highest": row at most `points` behind each of over
     "near": {"kind", "text", "column", "row", "over", "points", "point", "differ_in"},
     "number": {"kind", "text", "column", "row", "value", "points", "point"},
+    # a paper's "turns into" or "is the same as": the two rows within points of each other, either way
+    "equal": {"kind", "text", "column", "rows", "points", "point", "differ_in"},
+    # a paper's "all methods converge": every row's curve flat at the end; rounds, the paper's (shorter runs that
+    # still rise may yet settle)
+    "converged": {"kind", "text", "column", "rows", "rounds", "point"},
     # a trainable-parameter count of a model built here (options as a config's model.options), no runs needed
     "count": {"kind", "text", "model", "options", "input_shape", "num_classes", "millions"},
     # a claim of the paper no column here can judge (a cost, a parameter count, a setting not run): its line says why
@@ -65,6 +70,8 @@ CLAIM_NEEDS = {  # the keys without which a kind cannot be judged
     "margin": ("text", "column", "row", "over", "at_least"),
     "near": ("text", "column", "row", "over", "points"),
     "number": ("text", "column", "row", "value", "points"),
+    "equal": ("text", "column", "rows", "points"),
+    "converged": ("text", "column", "rows"),
     "count": ("text", "model", "input_shape", "num_classes", "millions"),
     "unjudged": ("text", "not_run"),
 }
@@ -98,6 +105,8 @@ def value_problem(claim: Mapping[str, Any]) -> str:
             return f"{key} = {claim[key]!r}; it must be a list of strings, e.g. [{claim[key]!r}]"
     if "millions" in claim and (isinstance(claim["millions"], bool) or not is_number(claim["millions"])):
         return f'millions = {claim["millions"]!r}; it must be a number (a string keeps its trailing zeros: "0.120")'
+    if "rounds" in claim and not is_positive_int(claim["rounds"]):
+        return f"rounds = {claim['rounds']!r}; it must be the paper's whole number of rounds, 1 or more (e.g. 200)"
     if "options" in claim and not isinstance(claim["options"], Mapping):
         return f"options = {claim['options']!r}; it must be a table of model options"
     if "num_classes" in claim and not is_positive_int(claim["num_classes"]):
@@ -150,6 +159,10 @@ def claim_problem(claim: Mapping[str, Any], kind: str, columns: Mapping[str, Any
         return f'point = {claim["point"]!r}; use "start" or "after-local"'
     if kind in ("above", "below") and (len(claim["rows"]) < 2 or len(set(claim["rows"])) != len(claim["rows"])):
         return "rows must name the claimant and at least one other row, each once"
+    if kind == "equal" and (len(claim["rows"]) != 2 or claim["rows"][0] == claim["rows"][1]):
+        return "rows must name exactly two different rows (the two said to be the same)"
+    if kind == "converged" and (not claim["rows"] or len(set(claim["rows"])) != len(claim["rows"])):
+        return "rows must name at least one row, each once"
     if kind in ("margin", "near") and (not claim["over"] or claim["row"] in claim["over"]):
         return "over must name at least one row other than row"
     if kind == "within" and claim["reference"] == claim["column"]:
