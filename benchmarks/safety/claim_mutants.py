@@ -609,8 +609,8 @@ MUTANTS = {
     ),
     "M109": (
         "equal: judged one way only (the first row at most points behind the second), not either way (issue 96)",
-        "    ways = [near({**claim, \"row\": a, \"over\": [b]}, evidence) for a, b in ((first, second), (second, first))]\n",
-        "    ways = [near({**claim, \"row\": a, \"over\": [b]}, evidence) for a, b in ((first, second),)]\n",
+        " for a, b in ((first, second), (second, first))]\n",
+        " for a, b in ((first, second),)]\n",
     ),
     "M110": (
         "converged: a row still rising on runs shorter than the paper's rounds does not hold (issue 96)",

@@ -988,7 +988,10 @@ def converged(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         verdict, why = decide(excess, floor, no_floor)
         ran = max((configured_rounds(run) or 0) for run in runs)
         if verdict == FAILS and paper_rounds is not None and ran < paper_rounds:
-            verdict, why = UNSURE, f"{why}, but its runs stop at round {ran} of the paper's {paper_rounds}: may yet settle"
+            verdict, why = (
+                UNSURE,
+                f"{why}, but its runs stop at round {ran} of the paper's {paper_rounds}: may yet settle",
+            )
         gain = statistics.fmean(g for g, _ in gains)
         verdicts.append(verdict)
         basis = Basis.of([(column, row)], seeds, excess, floor)
