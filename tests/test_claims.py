@@ -249,6 +249,26 @@ def test_rule_4_for_every_pair_a_weaker_row_still_rising_keeps_the_verdict_open(
     assert verdict.verdict == UNSURE and "c is still rising" in verdict.detail
 
 
+def test_a_line_that_cannot_tell_says_what_would_decide_it_rounds_seeds_a_floor_or_other(tmp_path):
+    from pfedkit.papers.claims import waits_on
+
+    flat_run(tmp_path / "col" / "a" / "seed0", 0.50)
+    flat_run(tmp_path / "col" / "near" / "seed0", 0.499)
+    run(tmp_path / "col" / "climbing" / "seed0", [0.25 + 0.01 * r for r in range(20)])  # +1 point a round
+    flat_run(tmp_path / "col" / "unlike" / "seed0", 0.4, config={**RUNS_BASE, "train": {"rounds": 19, "lr": 0.5}})
+    floor = Evidence(tmp_path, 5, floor=0.1)
+
+    def waits(rows, evidence=floor):
+        judged = judge({"text": "a above", "column": "col", "rows": rows}, evidence)
+        assert judged.verdict == UNSURE
+        return waits_on(judged.detail)
+
+    assert waits(["a", "climbing"]) == "rounds"  # past the bar, the other still closing: rule 4
+    assert waits(["a", "near"]) == "seeds"  # +0.1 within the bar
+    assert waits(["a", "near"], Evidence(tmp_path, 5)) == "a floor"
+    assert waits(["a", "unlike"]) == "other"  # another learning rate: more seeds or rounds would not decide it
+
+
 def test_above_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
     # b and c are closest to a in mean but within the bar; d is past it, held open only by its rising curve: the line
     # waits on d, so d is shown (before sitting 50 the two closest, b and c, were, and d was a count in "other pairs")

@@ -1094,6 +1094,22 @@ KINDS: dict[str, Callable[[Mapping[str, Any], Evidence], Judgement]] = {
 }
 
 
+WAITS_ON = ("rounds", "seeds", "a floor", "other")  # what a line that cannot tell waits on, costliest first
+
+
+def waits_on(detail: str) -> str:
+    """What would decide a "cannot tell" line, read from its detail (the wording this module writes): "rounds" where a
+    gap past the bar is held open by rule 4 or a curve on short runs may yet settle, "a floor" where none bounds the
+    rows, "seeds" where a gap is within its bar, "other" (runs unlike, unread, misfiled)."""
+    if "provisional" in detail or "may yet settle" in detail:
+        return "rounds"
+    if "without a noise floor" in detail:
+        return "a floor"
+    if "standard errors of" in detail or "more seeds decide" in detail:
+        return "seeds"
+    return "other"
+
+
 def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     """The claim's verdict; where a run it reads is misfiled or damaged, "cannot tell" naming it (the other claims
     stand)."""

@@ -33,6 +33,7 @@ from pfedkit.papers.claims import (
     PRETRAINED,
     SETTING_SECTIONS,
     UNSURE,
+    WAITS_ON,
     Evidence,
     Judgement,
     as_setting,
@@ -40,6 +41,7 @@ from pfedkit.papers.claims import (
     judge,
     measured_floor,
     unlike_runs,
+    waits_on,
 )
 from pfedkit.papers.suites import SUITES, claim_rows
 from pfedkit.reports.tables import (
@@ -476,6 +478,7 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
     ]
     floors, owed = [], []
     tally: dict[str, Counter[str]] = {}  # paper -> lines per verdict, for the summary under the table
+    waiting: dict[str, Counter[str]] = {}  # paper -> lines that cannot tell, per what would decide them
     for suite in suites:
         if not suite.claims:
             continue
@@ -492,6 +495,8 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
 
             def line(judges: str, verdict: str, detail: str, where: str, label: str = "small") -> str:
                 tally.setdefault(paper, Counter())[verdict.strip("*")] += 1
+                if verdict.strip("*") == UNSURE:
+                    waiting.setdefault(paper, Counter())[waits_on(detail)] += 1
                 return (
                     f"| {paper} | {claim['text']} | {judges} | {verdict} | "
                     f"{detail.replace('|', '/')} | {where} | `{claim_id(suite, number, label)}` |"
@@ -539,7 +544,7 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
                 lines.append(line("-", "not run", "; ".join([r for r in (reason, *diverged.values()) if r]), "-"))
             else:  # a folder whose runs diverged is a result too, beside the folders that judged the claim
                 lines += [line("-", "not run", detail, "-", label) for label, detail in diverged.items()]
-    lines += verdicts_by_paper(tally)
+    lines += verdicts_by_paper(tally) + waiting_by_paper(waiting)
     lines += ["", "Noise floors (rule 3), per suite:", "", *floors] if floors else []
     judged_any = any(counts[HOLDS] + counts[FAILS] + counts[UNSURE] for counts in tally.values())
     # an empty list is said, not left out: a reader should not wonder whether the section was dropped
@@ -557,6 +562,23 @@ def verdicts_by_paper(tally: Mapping[str, Counter[str]]) -> list[str]:
     lines = ["", VERDICT_COUNTS_HEADING, "", f"| paper | {' | '.join(kinds)} | lines |", "|---" * 6 + "|"]
     for paper, counts in [*tally.items(), ("all", sum(tally.values(), Counter()))]:
         lines.append(f"| {paper} | {' | '.join(str(counts[k]) for k in kinds)} | {sum(counts.values())} |")
+    return lines
+
+
+WAITING_HEADING = (
+    "Lines that cannot tell, by what would decide them first: rounds (a gap past the bar held open by rule 4, or a "
+    "curve on runs shorter than the paper's still rising), seeds (a gap within its bar), a floor (none measured near "
+    "the rows), other (runs unlike or unread: the line names them):"
+)
+
+
+def waiting_by_paper(waiting: Mapping[str, Counter[str]]) -> list[str]:
+    """The lines that cannot tell counted per paper and what would decide them (`claims.waits_on`)."""
+    if not waiting:
+        return []
+    lines = ["", WAITING_HEADING, "", f"| paper | {' | '.join(WAITS_ON)} | lines |", "|---" * 6 + "|"]
+    for paper, counts in [*waiting.items(), ("all", sum(waiting.values(), Counter()))]:
+        lines.append(f"| {paper} | {' | '.join(str(counts[k]) for k in WAITS_ON)} | {sum(counts.values())} |")
     return lines
 
 
