@@ -64,7 +64,7 @@ def suite_section(suite: Suite, root: Path) -> list[str]:
                 cells.append(cell(column.paper.get(row), list(results.values())))
             if any(c not in ("", "- / -") for c in cells):
                 lines.append(f"| {row} | " + " | ".join(cells) + " |")
-        lines += ["", "Claims (the rules: docs/REPRODUCTION.md):", ""]
+        lines += ["", "Claims (the rules: [rules.md](../rules.md)):", ""]
         for number, claim in enumerate(suite.claims, 1):
             if claim.get("kind") == "count" or "not_run" in claim:
                 continue
