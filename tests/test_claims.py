@@ -23,6 +23,7 @@ from pfedkit.papers.claims import (
     Basis,
     Evidence,
     Floor,
+    Judgement,
     decide,
     gap_error,
     judge,
@@ -1953,3 +1954,38 @@ def test_a_line_three_seeds_leave_halfway_to_the_t_tests_bar_is_owed_five(tmp_pa
     owed = "\n".join(claims_table(root, [suite])).partition("Lines owed seeds")[2]
     assert "- `toy#1`: cannot tell on 3 seeds, 80% of the way (a vs b)" in owed
     assert "--rows a,b --out" in owed and "--seeds 0,1,2,3,4`" in owed
+
+
+def test_a_papers_page_says_each_claim_in_plain_words_on_the_comparison_it_rests_on():
+    from pfedkit.papers.paper_pages import plain_line
+
+    def pair(other, gap, share, seeds=3, error=0.3):
+        return Basis((("dir", "fedafk"), ("dir", other)), tuple(f"seed{s}" for s in range(seeds)), share, gap, error)
+
+    claim = {"text": "FedAFK above every baseline", "column": "dir", "rows": ["fedafk", "fedrep", "fedala"]}
+    open_line = Judgement(
+        UNSURE,
+        "direction",
+        "gap +0.17 on one seed, within 4.30 standard errors of 0.32",
+        (pair("fedala", 0.17, 0.1, seeds=1), pair("fedrep", -0.95, 0.6, error=0.34)),
+    )
+    # the shortfall nearest its bar, not the closest lead: the pair that could turn the line
+    assert plain_line(claim, open_line) == (
+        "**cannot tell**: fedafk -0.95 ± 0.34 against fedrep on 3 seeds; more seeds would decide it"
+    )
+    held = Judgement(
+        UNSURE,
+        "direction",
+        "beyond ..., but ditto is still rising and closing: provisional, holds",
+        (pair("fedrep", -0.2, 0.3), pair("ditto", 1.97, 1.2, error=0.40)),
+    )
+    assert plain_line(claim, held).startswith(
+        "**cannot tell**: fedafk +1.97 ± 0.40 against ditto on 3 seeds; more rounds"
+    )
+    holds = Judgement(HOLDS, "direction", "", (pair("fedrep", 3.0, 2.0), pair("fedala", 1.5, 1.1)))
+    assert plain_line(claim, holds) == "**holds**: fedafk +1.50 ± 0.30 against fedala on 3 seeds"  # the weakest pair
+    margin = {"kind": "margin", "text": "by 8", "column": "dir", "row": "fedafk", "over": ["fedrep"], "at_least": 8}
+    short = Judgement(FAILS, "margin of 8 points", "", (pair("fedrep", -5.04, 3.0, error=0.12),))
+    assert plain_line(margin, short) == (  # the rows' own gap, beside the margin it falls short of
+        "**does not hold**: fedafk +2.96 ± 0.12 against fedrep on 3 seeds (the claim: a margin of 8)"
+    )

@@ -100,13 +100,16 @@ class Basis:
     seeds: tuple[str, ...]
     share: Optional[float]
     gap: float
+    error: Optional[float] = None  # the mean gap's standard error by rule 3 (None without a floor on one seed)
 
     @classmethod
     def of(
         cls, cells: Sequence[tuple[str, str]], seeds: Sequence[str], excess: Sequence[float], floor: Optional[float]
     ) -> Basis:
         """The comparison from its per-seed excess over the boundary and the noise floor that sets its bar."""
-        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), statistics.fmean(excess))
+        finite = all(math.isfinite(e) for e in excess) and (floor is None or math.isfinite(floor))
+        error = gap_error(excess, floor) if finite else None
+        return cls(tuple(cells), tuple(seeds), share_of_bar(excess, floor), statistics.fmean(excess), error)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ import math
 import re
 import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from pfedkit.config import merge
 from pfedkit.experiments.cells import has_runs
 from pfedkit.experiments.suite import Suite
-from pfedkit.papers.claims import FAILS, HOLDS, UNSURE, judge
+from pfedkit.papers.claims import FAILS, HOLDS, UNSURE, Basis, Judgement, judge, waits_on
 from pfedkit.papers.reproduce import claim_id, evidence_folders, evidence_or_why
 
 MARKS = {HOLDS: "holds", FAILS: "does not hold", UNSURE: "cannot tell"}
@@ -36,6 +36,54 @@ def cell(paper_number: float | None, results: Sequence[float]) -> str:
         return f"{theirs} / {mean:.2f} (1)"
     error = statistics.stdev(results) / math.sqrt(len(results))
     return f"{theirs} / {mean:.2f} ± {error:.2f} ({len(results)})"
+
+
+WAITS = {  # claims.waits_on's answer, as a reader would put it
+    "rounds": "more rounds would decide it (a curve still rising)",
+    "seeds": "more seeds would decide it",
+    "a floor": "a noise floor near these rows must be measured first",
+    "other": "the runs compared are unlike or unread (the claims table's line says which)",
+}
+
+
+def comparison(claim: Mapping[str, Any], basis: Basis) -> str:
+    """The comparison a verdict rests on, in words: the rows and their gap (its standard error over seeds, and how
+    many seeds), against the claim's boundary where it is not 0."""
+    rows = [row for _, row in basis.cells]
+    kind = claim.get("kind", "above")
+    seeds = "one seed" if len(basis.seeds) == 1 else f"{len(basis.seeds)} seeds"
+    spread = f" ± {basis.error:.2f}" if basis.error is not None else ""
+    if kind in ("above", "below"):
+        return f"{rows[0]} {basis.gap:+.2f}{spread} against {rows[1]} on {seeds}"
+    if kind in ("margin", "near", "equal"):
+        allowed = claim["at_least"] if kind == "margin" else -claim["points"]
+        bound = f"a margin of {allowed:g}" if kind == "margin" else f"at most {-allowed:g} behind"
+        return f"{rows[0]} {basis.gap + allowed:+.2f}{spread} against {rows[1]} on {seeds} (the claim: {bound})"
+    if kind == "converged":
+        side = "under" if basis.gap >= 0 else "over"
+        return f"{rows[0]}'s last fifth {abs(basis.gap):.2f}{spread} {side} the ↑ mark's limit on {seeds}"
+    return f"{' and '.join(dict.fromkeys(rows))}: {basis.gap:+.2f}{spread} inside the {claim['points']:g}-point band on {seeds}"
+
+
+def shown_basis(judgement: Judgement) -> Basis:
+    """The comparison a plain line names: for "holds" the weakest pair (each had to hold), for "does not hold" the
+    one it rests on, for "cannot tell" one past the bar but held open by rule 4 (the line waits on it), else the
+    shortfall nearest its bar (the pair that could turn the line), else the lead nearest its bar."""
+    if judgement.verdict == HOLDS:
+        return min(judgement.basis, key=lambda b: b.share or 0.0)
+    past = [b for b in judgement.basis if (b.share or 0.0) >= 1]
+    return max(past or judgement.basis, key=lambda b: (b.gap < 0, b.share or 0.0))
+
+
+def plain_line(claim: Mapping[str, Any], judgement: Judgement) -> str:
+    """A claim's verdict in plain words: the comparison it rests on first (the claims table has every number), and
+    what would decide it where it cannot tell."""
+    said = f"**{judgement.verdict}**"
+    if judgement.basis:
+        said += f": {comparison(claim, shown_basis(judgement))}"
+    if judgement.verdict == UNSURE:
+        said += f"; {WAITS[waits_on(judgement.detail)]}"
+    return said
 
 
 def suite_section(suite: Suite, root: Path) -> list[str]:
@@ -64,15 +112,19 @@ def suite_section(suite: Suite, root: Path) -> list[str]:
                 cells.append(cell(column.paper.get(row), list(results.values())))
             if any(c not in ("", "- / -") for c in cells):
                 lines.append(f"| {row} | " + " | ".join(cells) + " |")
-        lines += ["", "Claims (the rules: [rules.md](../rules.md)):", ""]
+        lines += [
+            "",
+            "Claims, each on the comparison it rests on (every number: the claims table; the rules:",
+            "[rules.md](../rules.md)):",
+            "",
+        ]
         for number, claim in enumerate(suite.claims, 1):
             if claim.get("kind") == "count" or "not_run" in claim:
                 continue
             judgement = judge(claim, evidence)
             if judgement.verdict not in MARKS:
                 continue
-            detail = judgement.detail.split("; per seed")[0]
-            lines.append(f"- {claim['text']}: **{judgement.verdict}** ({detail}) `{claim_id(suite, number, label)}`")
+            lines.append(f"- {claim['text']}: {plain_line(claim, judgement)} `{claim_id(suite, number, label)}`")
         lines.append("")
     return lines
 
