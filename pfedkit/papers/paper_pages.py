@@ -62,7 +62,8 @@ def comparison(claim: Mapping[str, Any], basis: Basis) -> str:
     if kind == "converged":
         side = "under" if basis.gap >= 0 else "over"
         return f"{rows[0]}'s last fifth {abs(basis.gap):.2f}{spread} {side} the ↑ mark's limit on {seeds}"
-    return f"{' and '.join(dict.fromkeys(rows))}: {basis.gap:+.2f}{spread} inside the {claim['points']:g}-point band on {seeds}"
+    named = " and ".join(dict.fromkeys(rows))
+    return f"{named}: {basis.gap:+.2f}{spread} inside the {claim['points']:g}-point band on {seeds}"
 
 
 def shown_basis(judgement: Judgement) -> Basis:
