@@ -268,6 +268,31 @@ def test_a_line_that_cannot_tell_says_what_would_decide_it_rounds_seeds_a_floor_
     assert waits(["a", "near"]) == "seeds"  # +0.1 within the bar
     assert waits(["a", "near"], Evidence(tmp_path, 5)) == "a floor"
     assert waits(["a", "unlike"]) == "other"  # another learning rate: more seeds or rounds would not decide it
+    assert (
+        waits_on("+1.2 on 3 seeds, beyond 4.30 ..., but its runs stop at round 100 of the paper's 1000: may yet settle")
+        == "rounds"
+    )
+    assert waits_on("+0.4 on one seed; a gain's noise is its spread over seeds: more seeds decide") == "seeds"
+    # a margin lists every pair: a decided one ("beyond") beside one whose runs differ waits on like runs, not seeds
+    assert (
+        waits_on(
+            "+9.1 over b: holds (excess +1.1 on 3 seeds, beyond 4.30 standard errors of 0.2); "
+            "+9.0 over c, but the runs differ in train.lr (seed0)"
+        )
+        == "other"
+    )
+    assert (
+        waits_on("+2.0 on 3 seeds, beyond 4.30 ..., but a diverged on seed2: holds only on the seeds it survived")
+        == "other"
+    )
+    # and beside one within its bar: more seeds would not decide the unlike pair, so like runs come first
+    assert (
+        waits_on(
+            "+0.1 over b: cannot tell (excess +0.1 on 3 seeds, within 4.30 standard errors of 0.2); "
+            "+9.0 over c, but the runs differ in train.lr (seed0)"
+        )
+        == "other"
+    )
 
 
 def test_above_a_line_that_cannot_tell_shows_first_the_pairs_past_the_bar_held_open_by_rule_4(tmp_path):
@@ -470,19 +495,28 @@ def test_equal_judges_a_papers_turns_into_as_within_points_either_way(tmp_path):
     assert judge({**claim, "rows": ["no-both", "below"]}, evidence).verdict == FAILS  # 3 points above: one way only
     assert judge({**claim, "points": 0.1}, evidence).verdict == UNSURE  # a gap of 0.1 on a band of 0.1
     assert judge({**claim, "rows": ["no-both", "nowhere"]}, evidence).verdict == NOT_RUN
+    # one way decided, the other open: the line rests on the open way (what more seeds would settle)
+    for seed, value in enumerate((0.700, 0.695, 0.705)):  # no-both's, 0.95 above on each seed: near the band's edge
+        flat_run(tmp_path / "col" / "edge" / f"seed{seed}", value + 0.0095)
+    edge = judge({**claim, "rows": ["no-both", "edge"]}, evidence)
+    assert edge.verdict == UNSURE and [b.cells[0][1] for b in edge.basis] == ["no-both"]
 
 
 def test_converged_judges_every_row_flat_at_the_end_and_waits_on_runs_shorter_than_the_papers(tmp_path):
     rising = [0.5 + 0.002 * r for r in range(101)]  # 0.2 points a round: 4 points between the last two fifths
+    falling = [0.7 - 0.002 * r for r in range(101)]
     for seed in range(3):
         flat_run(tmp_path / "col" / "flat" / f"seed{seed}", 0.60 + 0.001 * seed, n=101)
-        flat_run(tmp_path / "col" / "also" / f"seed{seed}", 0.55 - 0.001 * seed, n=101)
+        run(tmp_path / "col" / "also" / f"seed{seed}", [0.55 + 0.0002 * seed * (r % 2) for r in range(101)])
         run(tmp_path / "col" / "rising" / f"seed{seed}", [a + 0.001 * seed for a in rising])
-    evidence = Evidence(tmp_path, 5, floor=0.01)  # flat by 0.10 against a bar of t(2) x 0.01 x sqrt(2 / 3)
+        run(tmp_path / "col" / "falling" / f"seed{seed}", [a + 0.001 * seed for a in falling])
+    evidence = Evidence(tmp_path, 5, floor=0.8)  # a floor of final results: no bound on a gain within a run
     claim = {"kind": "converged", "text": "all converge", "column": "col", "rows": ["flat", "also"]}
     judged = judge(claim, evidence)
     assert (judged.verdict, judged.judges) == (HOLDS, "flat at the end")
-    assert "+0.00 in its last fifth against a limit of 0.10" in judged.detail  # 20 rounds apart: 0.5 x 20 / 100
+    assert "in its last fifth against a limit of 0.10" in judged.detail  # 20 rounds apart: 0.5 x 20 / 100
+    assert "(t, 2 df, over seeds)" in judged.detail
+    assert judge({**claim, "rows": ["flat", "falling"]}, evidence).verdict == HOLDS  # a falling curve gains nothing
     fails = judge({**claim, "rows": ["flat", "rising"]}, evidence)
     assert fails.verdict == FAILS and fails.detail.startswith("rising +4.00 in its last fifth")
     assert judge({**claim, "rows": ["flat", "rising"], "rounds": 100}, evidence).verdict == FAILS  # as long
@@ -490,7 +524,35 @@ def test_converged_judges_every_row_flat_at_the_end_and_waits_on_runs_shorter_th
     assert longer.verdict == UNSURE and "stop at round 100 of the paper's 1000: may yet settle" in longer.detail
     absent = judge({**claim, "rows": ["flat", "nowhere"]}, evidence)
     assert absent.verdict == HOLDS and "not run: nowhere" in absent.detail
-    assert judge({**claim, "rows": ["flat"]}, Evidence(tmp_path, 5)).verdict == UNSURE  # no floor, no verdict
+    flat_run(tmp_path / "col" / "one" / "seed0", 0.6, n=101)
+    assert judge({**claim, "rows": ["one"]}, evidence).verdict == UNSURE  # a gain's noise needs two seeds
+
+
+def test_converged_a_diverged_seed_a_short_curve_and_unequal_runs(tmp_path):
+    from pfedkit.papers.claims import waits_on
+
+    for seed in range(3):
+        flat_run(tmp_path / "col" / "flat" / f"seed{seed}", 0.60 + 0.001 * seed, n=101)
+        flat_run(tmp_path / "col" / "survivor" / f"seed{seed}", 0.60 + 0.001 * seed, n=101)
+        # 9 evaluations: the limit is half a point outright, as the tables' ↑ mark ("?" curves)
+        run(tmp_path / "col" / "short" / f"seed{seed}", [0.5 + 0.003 * r + 0.0001 * seed for r in range(9)])
+    for row, seed in (("survivor", 3), ("lost", 0)):  # diverged: no summary, its record beside the last checkpoint
+        (tmp_path / "col" / row / f"seed{seed}").mkdir(parents=True)
+        (tmp_path / "col" / row / f"seed{seed}" / "diverged.json").write_text("{}")
+    claim = {"kind": "converged", "text": "all converge", "column": "col", "rows": ["flat", "survivor"]}
+    evidence = Evidence(tmp_path, 5)
+    capped = judge(claim, evidence)  # flat where it survived, but a divergence is no convergence
+    assert capped.verdict == UNSURE and "seeds it survived" in capped.detail and waits_on(capped.detail) == "other"
+    lost = judge({**claim, "rows": ["flat", "lost"]}, evidence)  # diverged on every seed: not left out as not run
+    assert lost.verdict == UNSURE and "lost not judged: diverged on seed0" in lost.detail
+    short = judge({**claim, "rows": ["short"]}, evidence)
+    assert short.verdict == HOLDS and "against a limit of 0.50" in short.detail  # +0.3 a fifth apart, under 0.5
+    # seeds of unequal length: judged at the rounds all reached, and "may yet settle" where the shortest stops early
+    for seed, rounds in ((0, 200), (1, 100), (2, 200)):
+        curve = [0.5 + 0.002 * min(r, 100) for r in range(rounds + 1)]  # rises to round 100, flat after
+        run(tmp_path / "col" / "uneven" / f"seed{seed}", curve, config={"train": {"rounds": rounds}})
+    uneven = judge({**claim, "rows": ["uneven"], "rounds": 200}, evidence)
+    assert uneven.verdict == UNSURE and "stop at round 100 of the paper's 200" in uneven.detail
 
 
 BOLD_VERDICT = re.compile(r"\*\*(holds|does not hold|cannot tell)\*\*")
@@ -1967,7 +2029,7 @@ def test_a_papers_page_says_each_claim_in_plain_words_on_the_comparison_it_rests
         UNSURE,
         "direction",
         "gap +0.17 on one seed, within 4.30 standard errors of 0.32",
-        (pair("fedala", 0.17, 0.1, seeds=1), pair("fedrep", -0.95, 0.6, error=0.34)),
+        (pair("fedala", 0.17, 0.8, seeds=1), pair("fedrep", -0.95, 0.6, error=0.34)),
     )
     # the shortfall nearest its bar, not the closest lead: the pair that could turn the line
     assert plain_line(claim, open_line) == (
@@ -1988,4 +2050,30 @@ def test_a_papers_page_says_each_claim_in_plain_words_on_the_comparison_it_rests
     short = Judgement(FAILS, "margin of 8 points", "", (pair("fedrep", -5.04, 3.0, error=0.12),))
     assert plain_line(margin, short) == (  # the rows' own gap, beside the margin it falls short of
         "**does not hold**: fedafk +2.96 ± 0.12 against fedrep on 3 seeds (the claim: a margin of 8)"
+    )
+    for kind, extra, gap, said in (
+        (
+            "near",
+            {"points": 0.5},
+            0.47,
+            "fedafk -0.03 ± 0.30 against fedrep on 3 seeds (the claim: at most 0.5 behind)",
+        ),
+        (
+            "equal",
+            {"points": 1.0},
+            0.98,
+            "fedafk -0.02 ± 0.30 against fedrep on 3 seeds (the claim: within 1 either way)",
+        ),
+    ):
+        line = {"kind": kind, "text": "t", "column": "dir", "rows": ["fedafk", "fedrep"], **extra}
+        assert plain_line(line, Judgement(HOLDS, kind, "", (pair("fedrep", gap, 1.5),))) == f"**holds**: {said}"
+    within = {"kind": "within", "text": "t", "column": "ood", "row": "h", "reference": "in", "points": 1.0}
+    room = Judgement(FAILS, "within", "", (Basis((("ood", "h"), ("in", "h")), ("seed0",), 2.0, -0.4, 0.1),))
+    assert (
+        plain_line(within, room) == "**does not hold**: h in ood 1.40 ± 0.10 from in on one seed (the claim: within 1)"
+    )
+    number = {"kind": "number", "text": "t", "column": "c", "row": "h", "value": 61.0, "points": 0.5}
+    near_it = Judgement(HOLDS, "number", "", (Basis((("c", "h"),), ("seed0", "seed1"), 2.0, 0.3, 0.05),))
+    assert (
+        plain_line(number, near_it) == "**holds**: h 0.20 ± 0.05 from the paper's 61 on 2 seeds (the claim: within 0.5)"
     )

@@ -614,13 +614,38 @@ MUTANTS = {
     ),
     "M110": (
         "converged: a row still rising on runs shorter than the paper's rounds does not hold (issue 96)",
-        "        if verdict == FAILS and paper_rounds is not None and ran < paper_rounds:\n",
-        "        if False:\n",
+        "        held = verdict == FAILS and paper_rounds is not None and ran < paper_rounds\n",
+        "        held = False\n",
     ),
     "M111": (
         "converged: the limit half a point whatever the fifths' distance, not the ↑ mark's per 100 rounds (issue 96)",
         "        limit = RISE_POINTS * (1.0 if short else min(1.0, gains[0][1] / PER_ROUNDS))\n",
         "        limit = RISE_POINTS\n",
+    ),
+    "M112": (
+        "converged: a gain's error never below a floor of final results (the review's H1: nothing could hold)",
+        "    error, quantile = statistics.stdev(excess) / math.sqrt(n), t_quantile(n - 1)\n",
+        "    error, quantile = max(statistics.stdev(excess) / math.sqrt(n), 0.5), t_quantile(n - 1)\n",
+    ),
+    "M113": (
+        "converged: a row that diverged on a seed holds on the seeds it survived",
+        "        if diverged and verdict == HOLDS:\n",
+        "        if False:\n",
+    ),
+    "M114": (
+        "equal: an open line rests on both ways, the one already decided too",
+        " for b in way.basis))\n",
+        " or True for b in way.basis))\n",
+    ),
+    "M115": (
+        "waits_on: an unlike or unread pair beside one within its bar counted as waiting on seeds",
+        '    if any(said in detail for said in UNDECIDABLE):\n        return "other"\n',
+        "",
+    ),
+    "M116": (
+        "converged: runs judged long enough by their longest seed, not their shortest",
+        "        ran = min((configured_rounds(run) or rounds[-1]) for run in runs)",
+        "        ran = max((configured_rounds(run) or rounds[-1]) for run in runs)",
     ),
 }
 

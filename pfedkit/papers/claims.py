@@ -11,8 +11,9 @@ closeness: `row` in `column` within `points` of the same row in the `reference` 
 parameter count: the trainable parameters of a `model` built here against the paper's `millions`, at the paper's
 precision (no runs and no noise: rules 1-4 do not apply); "equal" judges a paper's "turns into": the two `rows` within
 `points` of each other either way ("near" both ways); "converged" a paper's "all methods converge": every one of
-`rows` gains in its last fifth no more than the tables' ↑ mark allows, judged per row by rule 3 on its per-seed gains
-(a row still rising on runs shorter than the paper's `rounds` cannot tell).
+`rows` gains in its last fifth no more than the tables' ↑ mark allows, judged per row by a t-test on its per-seed
+gains alone (a gain is within one run: no floor; a row still rising on runs shorter than the paper's `rounds`, or that
+diverged on a seed, cannot tell).
 Every kind compares the mean accuracy of the evaluations in each run's last k rounds (the same stretch of training
 for a row evaluated every round and an FT row evaluated every 5). The rules:
 
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -953,24 +955,44 @@ def equal(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         return Judgement(NOT_RUN, judges, next(w.detail for w in ways if w.verdict == NOT_RUN))
     verdict = every_pair([way.verdict for way in ways])
     detail = "; ".join(f"{a}: {way.detail}" for a, way in zip((first, second), ways))
-    return Judgement(verdict, judges, detail, tuple(b for way in ways for b in way.basis))
+    # what the line rests on: the ways of its verdict (a way already decided is not what an open line waits on)
+    return Judgement(verdict, judges, detail, tuple(b for way in ways if way.verdict == verdict for b in way.basis))
+
+
+def gain_decision(excess: Sequence[float]) -> tuple[str, str]:
+    """(verdict, why) for a row's per-seed room under the ↑ limit: a paired t-test on the seeds alone (a gain is a
+    difference within one run, so its noise is its spread over seeds, as rule 4's slopes; a floor of final results
+    does not bound it); one seed cannot decide."""
+    mean, n = statistics.fmean(excess), len(excess)
+    if not all(math.isfinite(e) for e in excess):
+        return UNSURE, f"no verdict on a non-finite result ({', '.join(f'{e:g}' for e in excess)})"
+    if n < 2:
+        return UNSURE, f"{mean:+.2f} on one seed; a gain's noise is its spread over seeds: more seeds decide"
+    error, quantile = statistics.stdev(excess) / math.sqrt(n), t_quantile(n - 1)
+    said = f"{quantile:.2f} standard errors of {error:.2f} (t, {n - 1} df, over seeds)"
+    if abs(mean) <= quantile * error:
+        return UNSURE, f"{mean:+.2f} on {n} seeds, within {said}"
+    return (HOLDS if mean > 0 else FAILS), f"{mean:+.2f} on {n} seeds, beyond {said}"
 
 
 def converged(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
     """Every one of `rows` flat at the end of its runs (a paper's "all methods converge", "little or no gain with more
     rounds"): a row's last fifth may gain at most what the tables' ↑ mark allows (RISE_POINTS, per PER_ROUNDS rounds
-    where the fifths are closer), judged by rule 3 on its per-seed gains against that limit. Holds when every row is
-    flat beyond the bar; does not hold when a row still rises beyond it, on runs as long as the paper's `rounds` only
-    (a shorter run still rising may yet settle: cannot tell)."""
+    where the fifths are closer), judged on its per-seed gains by `gain_decision` (a falling curve gains nothing: it
+    counts as flat). Holds when every row is flat beyond the bar; does not hold when a row still rises beyond it, on
+    runs as long as the paper's `rounds` only (a shorter run still rising may yet settle: cannot tell). A row that
+    diverged on a seed is at most cannot tell (a divergence is no convergence, nor a rise)."""
     column, point, paper_rounds = claim["column"], evidence.point(claim), claim.get("rounds")
     judges = "flat at the end"
     verdicts, shown, absent, bases, read = [], {}, [], {}, {}
     for row in claim["rows"]:
         values, unread = read[row] = evidence.read(column, row, point)
+        diverged = sorted(evidence.diverged(column, row))
         if not values:
-            if unread:
+            if unread or diverged:
+                why = f"not judged: {unread_note(unread) if unread else 'diverged on ' + ', '.join(diverged)}"
                 verdicts.append(UNSURE)
-                shown[row] = (UNSURE, f"not judged: {unread_note(unread)}", math.inf)
+                shown[row] = (UNSURE, why, math.inf, False)
             else:
                 absent.append(row)
             continue
@@ -980,34 +1002,40 @@ def converged(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:
         rounds = sorted(set.intersection(*(set(c) for c in curves)))  # every seed read at the same rounds
         if len(rounds) < 2:
             verdicts.append(UNSURE)
-            shown[row] = (UNSURE, "too few evaluations to see a trend", math.inf)
+            shown[row] = (UNSURE, "not judged: too few evaluations to see a trend", math.inf, False)
             continue
         gains = [curve_gain([(r, 100 * c[r]) for r in rounds]) for c in curves]
         short = len(rounds) < MIN_EVALUATIONS  # as the ↑ mark: too few to scale by rounds, the limit outright
         limit = RISE_POINTS * (1.0 if short else min(1.0, gains[0][1] / PER_ROUNDS))
         excess = [limit - gain for gain, _ in gains]  # above 0: flatter than the mark allows
-        read_at = evidence.points_read([(column, row)], point, seeds)
-        floor, no_floor = evidence.floor_for([statistics.fmean(values.values())], point, read_at)
-        verdict, why = decide(excess, floor, no_floor)
-        ran = max((configured_rounds(run) or 0) for run in runs)
-        if verdict == FAILS and paper_rounds is not None and ran < paper_rounds:
+        verdict, why = gain_decision(excess)
+        ran = min((configured_rounds(run) or rounds[-1]) for run in runs)  # the shortest run's
+        held = verdict == FAILS and paper_rounds is not None and ran < paper_rounds
+        if held:
             verdict, why = (
                 UNSURE,
                 f"{why}, but its runs stop at round {ran} of the paper's {paper_rounds}: may yet settle",
             )
+        if diverged and verdict == HOLDS:
+            verdict, why = (
+                UNSURE,
+                f"{why}, but it diverged on {', '.join(diverged)}: holds only on the seeds it survived",
+            )
         gain = statistics.fmean(g for g, _ in gains)
         verdicts.append(verdict)
-        basis = Basis.of([(column, row)], seeds, excess, floor)
-        bases[row] = (verdict, basis)
-        shown[row] = (verdict, f"{gain:+.2f} in its last fifth against a limit of {limit:.2f} ({why})", gain)
+        bases[row] = (verdict, Basis.of([(column, row)], seeds, excess, 0.0))  # no floor: the seeds' spread alone
+        shown[row] = (verdict, f"{gain:+.2f} in its last fifth against a limit of {limit:.2f} ({why})", gain, held)
     if not verdicts:
         return evidence.not_run(judges, column, absent)
     verdict = every_pair(verdicts)
-    # the rows that decide it first: for "holds" the one gaining most, else the rows of the verdict, steepest first
-    deciding = sorted((r for r, (v, _, _) in shown.items() if v == verdict), key=lambda r: -shown[r][2])
+    # the rows shown first: for "holds" the one gaining most; else the rows of the verdict, those a longer run could
+    # still settle first (the line waits on them), then the steepest
+    deciding = sorted(
+        (r for r, (v, *_) in shown.items() if v == verdict), key=lambda r: (not shown[r][3], -shown[r][2])
+    )
     deciding = deciding[:1] if verdict == HOLDS else deciding[:2]
     detail = "; ".join(f"{row} {shown[row][1]}" for row in deciding)
-    rest = [v for r, (v, _, _) in shown.items() if r not in deciding]
+    rest = [v for r, (v, *_) in shown.items() if r not in deciding]
     detail += other_pairs(rest).replace("the other pairs", "the other rows", 1)
     detail += evidence.absent(column, absent) + read_notes(evidence, column, read)
     return Judgement(verdict, judges, detail, resting_on(bases, verdict))
@@ -1101,16 +1129,22 @@ WAITS_ON = ("rounds", "seeds", "a floor", "other")  # what a line that cannot te
 
 
 def waits_on(detail: str) -> str:
-    """What would decide a "cannot tell" line, read from its detail (the wording this module writes): "rounds" where a
-    gap past the bar is held open by rule 4 or a curve on short runs may yet settle, "a floor" where none bounds the
-    rows, "seeds" where a gap is within its bar, "other" (runs unlike, unread, misfiled)."""
+    """What would decide a "cannot tell" line first, read from its detail (the wording this module writes): "rounds"
+    where a gap past the bar is held open by rule 4 or a curve on short runs may yet settle, "a floor" where none
+    bounds the rows, "other" where runs are unlike, unread, too short or cut by a divergence (neither seeds nor rounds
+    decide those), "seeds" where a gap is within its bar (a decided pair's "beyond" is not counted)."""
     if "provisional" in detail or "may yet settle" in detail:
         return "rounds"
     if "without a noise floor" in detail:
         return "a floor"
-    if "standard errors of" in detail or "more seeds decide" in detail:
+    if any(said in detail for said in UNDECIDABLE):
+        return "other"
+    if re.search(r"within [0-9.]+ standard errors", detail) or "more seeds decide" in detail:
         return "seeds"
     return "other"
+
+
+UNDECIDABLE = ("the runs differ in", "not judged", "seeds it survived")
 
 
 def judge(claim: Mapping[str, Any], evidence: Evidence) -> Judgement:

@@ -55,15 +55,19 @@ def comparison(claim: Mapping[str, Any], basis: Basis) -> str:
     spread = f" ± {basis.error:.2f}" if basis.error is not None else ""
     if kind in ("above", "below"):
         return f"{rows[0]} {basis.gap:+.2f}{spread} against {rows[1]} on {seeds}"
-    if kind in ("margin", "near", "equal"):
+    if kind in ("margin", "near", "equal"):  # the basis holds the excess over the margin: the rows' own gap is back
         allowed = claim["at_least"] if kind == "margin" else -claim["points"]
-        bound = f"a margin of {allowed:g}" if kind == "margin" else f"at most {-allowed:g} behind"
+        bound = {"margin": f"a margin of {allowed:g}", "near": f"at most {-allowed:g} behind"}.get(
+            kind, f"within {-allowed:g} either way"
+        )
         return f"{rows[0]} {basis.gap + allowed:+.2f}{spread} against {rows[1]} on {seeds} (the claim: {bound})"
     if kind == "converged":
         side = "under" if basis.gap >= 0 else "over"
         return f"{rows[0]}'s last fifth {abs(basis.gap):.2f}{spread} {side} the ↑ mark's limit on {seeds}"
-    named = " and ".join(dict.fromkeys(rows))
-    return f"{named}: {basis.gap:+.2f}{spread} inside the {claim['points']:g}-point band on {seeds}"
+    apart = claim["points"] - basis.gap  # the basis holds the room left inside the band: the distance is back
+    against = f"{claim['reference']}" if kind == "within" else f"the paper's {claim['value']:g}"
+    where = f" in {claim['column']}" if kind == "within" else ""
+    return f"{rows[0]}{where} {apart:.2f}{spread} from {against} on {seeds} (the claim: within {claim['points']:g})"
 
 
 def shown_basis(judgement: Judgement) -> Basis:
