@@ -2077,3 +2077,25 @@ def test_a_papers_page_says_each_claim_in_plain_words_on_the_comparison_it_rests
     assert (
         plain_line(number, near_it) == "**holds**: h 0.20 ± 0.05 from the paper's 61 on 2 seeds (the claim: within 0.5)"
     )
+
+
+def test_a_papers_table_marks_each_cell_with_the_verdicts_of_the_claims_it_is_the_claimant_of(tmp_path):
+    from pfedkit.experiments.suite import Column
+    from pfedkit.papers.paper_pages import claimant, suite_section
+
+    assert claimant({"rows": ["a", "b"], "column": "c"}) == "a"
+    assert claimant({"kind": "near", "row": "a", "over": ["b"], "column": "c"}) == "a"
+    assert claimant({"kind": "converged", "rows": ["a", "b"], "column": "c"}) is None  # about every row alike
+    for seed in range(3):
+        flat_run(tmp_path / "toy" / "col" / "a" / f"seed{seed}", 0.62 + 0.001 * seed)  # both near the floor's 54
+        flat_run(tmp_path / "toy" / "col" / "b" / f"seed{seed}", 0.50 + 0.001 * seed)
+    claims = (
+        {"text": "a above b", "column": "col", "rows": ["a", "b"]},
+        {"text": "b above a", "column": "col", "rows": ["b", "a"]},
+        {"kind": "margin", "text": "a by 20", "column": "col", "row": "a", "over": ["b"], "at_least": 20.0},
+    )
+    suite = toy_suite(claims, NOISE_ROWS, name="toy", rows=("a", "b", *NOISE_ROWS), columns={"col": Column("col", {})})
+    noise_runs(tmp_path / "toy" / "col")
+    table = "\n".join(suite_section(suite, tmp_path))
+    assert re.search(r"\| a \| [^|]*\(3\) ✓✗ \|", table), table  # a's two claims in order: above b, a margin of 20
+    assert re.search(r"\| b \| [^|]*\(3\) ✗ \|", table), table

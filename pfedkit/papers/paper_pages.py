@@ -91,6 +91,21 @@ def plain_line(claim: Mapping[str, Any], judgement: Judgement) -> str:
     return said
 
 
+VERDICT_MARKS = {HOLDS: "✓", FAILS: "✗", UNSURE: "?"}
+MARKS_NOTE = (
+    "After a cell, the marks of the claims it is the claimant of, in the order listed under the table (✓ holds, "
+    "✗ does not hold, ? cannot tell)."
+)
+
+
+def claimant(claim: Mapping[str, Any]) -> str | None:
+    """The row a claim is about, whose cell carries its mark: the first of `rows` (an "above"'s claimant, a "below"'s
+    poor row, an "equal"'s first), else `row`; none for "converged", which is about every row alike."""
+    if claim.get("kind") == "converged":
+        return None
+    return claim["rows"][0] if "rows" in claim else claim.get("row")
+
+
 def suite_section(suite: Suite, root: Path) -> list[str]:
     """One scale's table and claims per results folder that holds runs (a GPU's folder apart)."""
     lines: list[str] = []
@@ -101,6 +116,19 @@ def suite_section(suite: Suite, root: Path) -> list[str]:
         about = suite.scales[scale].about
         rounds = merge(suite.base, suite.scales[scale].changes)["train"]["rounds"]
         where = f"{scale}{' (GPU)' if on_gpu else ''}, {rounds} rounds" + (f": {about}" if about else "")
+        judged = []  # (number, claim, judgement) of the claims with a verdict here, in the suite's order
+        for number, claim in enumerate(suite.claims, 1):
+            if claim.get("kind") == "count" or "not_run" in claim:
+                continue
+            judgement = judge(claim, evidence)
+            if judgement.verdict in MARKS:
+                judged.append((number, claim, judgement))
+        marks: dict[tuple[str, str], str] = {}
+        for _, claim, judgement in judged:
+            row = claimant(claim)
+            if row is not None:
+                key = (row, claim["column"])
+                marks[key] = marks.get(key, "") + VERDICT_MARKS[judgement.verdict]
         lines += [f"### {suite.name}, {where}", ""]
         columns = list(suite.columns.items())
         lines += [
@@ -114,21 +142,19 @@ def suite_section(suite: Suite, root: Path) -> list[str]:
                     cells.append("")
                     continue
                 results, _ = evidence.read(name, row, evidence.paper_point)
-                cells.append(cell(column.paper.get(row), list(results.values())))
+                mark = marks.get((row, name), "")
+                cells.append(cell(column.paper.get(row), list(results.values())) + (f" {mark}" if mark else ""))
             if any(c not in ("", "- / -") for c in cells):
                 lines.append(f"| {row} | " + " | ".join(cells) + " |")
         lines += [
+            "",
+            MARKS_NOTE,
             "",
             "Claims, each on the comparison it rests on (every number: the claims table; the rules:",
             "[rules.md](../rules.md)):",
             "",
         ]
-        for number, claim in enumerate(suite.claims, 1):
-            if claim.get("kind") == "count" or "not_run" in claim:
-                continue
-            judgement = judge(claim, evidence)
-            if judgement.verdict not in MARKS:
-                continue
+        for number, claim, judgement in judged:
             lines.append(f"- {claim['text']}: {plain_line(claim, judgement)} `{claim_id(suite, number, label)}`")
         lines.append("")
     return lines
