@@ -554,15 +554,19 @@ def claims_table(root: Path, suites: Sequence[Suite], repo_script: bool = False)
 VERDICT_COUNTS_HEADING = "Lines per paper and verdict:"
 
 
-def verdicts_by_paper(tally: Mapping[str, Counter[str]]) -> list[str]:
-    """The claims table's lines counted per paper and verdict (a count claim's verdict is one of the four)."""
-    kinds = (HOLDS, FAILS, UNSURE, NOT_RUN)
+def counts_by_paper(heading: str, kinds: Sequence[str], tally: Mapping[str, Counter[str]]) -> list[str]:
+    """A table under the claims table: lines counted per paper and kind, with a row for all papers."""
     if not tally:
         return []
-    lines = ["", VERDICT_COUNTS_HEADING, "", f"| paper | {' | '.join(kinds)} | lines |", "|---" * 6 + "|"]
+    lines = ["", heading, "", f"| paper | {' | '.join(kinds)} | lines |", "|---" * (len(kinds) + 2) + "|"]
     for paper, counts in [*tally.items(), ("all", sum(tally.values(), Counter()))]:
         lines.append(f"| {paper} | {' | '.join(str(counts[k]) for k in kinds)} | {sum(counts.values())} |")
     return lines
+
+
+def verdicts_by_paper(tally: Mapping[str, Counter[str]]) -> list[str]:
+    """The claims table's lines counted per paper and verdict (a count claim's verdict is one of the four)."""
+    return counts_by_paper(VERDICT_COUNTS_HEADING, (HOLDS, FAILS, UNSURE, NOT_RUN), tally)
 
 
 WAITING_HEADING = (
@@ -574,12 +578,7 @@ WAITING_HEADING = (
 
 def waiting_by_paper(waiting: Mapping[str, Counter[str]]) -> list[str]:
     """The lines that cannot tell counted per paper and what would decide them (`claims.waits_on`)."""
-    if not waiting:
-        return []
-    lines = ["", WAITING_HEADING, "", f"| paper | {' | '.join(WAITS_ON)} | lines |", "|---" * 6 + "|"]
-    for paper, counts in [*waiting.items(), ("all", sum(waiting.values(), Counter()))]:
-        lines.append(f"| {paper} | {' | '.join(str(counts[k]) for k in WAITS_ON)} | {sum(counts.values())} |")
-    return lines
+    return counts_by_paper(WAITING_HEADING, WAITS_ON, waiting)
 
 
 def ended_by_diverging(evidence: Evidence, column: str, row: str) -> bool:
