@@ -38,7 +38,6 @@ Run: python3 benchmarks/authors_heart.py [--peer .peers/HEART-PFL] [--out result
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import importlib
@@ -64,7 +63,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # pfedkit from this checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: authors_peer.py
 
-from authors_peer import PeerCode, PeerMissing, patched  # noqa: E402
+from authors_peer import PeerCode, PeerMissing, patched, run_comparison  # noqa: E402
 
 PEER = REPO / ".peers" / "HEART-PFL"
 PEER_COMMIT = "d90e395d213621df6e794a7b2fd99e9ee563fe7b"  # the HEAD extracted (git archive of the fetched mirror)
@@ -780,24 +779,7 @@ def render(rows: list[Row], facts: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer", type=Path, default=PEER, help="the authors' code, extracted (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=OUT, help="the table (default %(default)s)")
-    args = parser.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        rows, facts = compare(args.peer)
-    except PeerMissing as err:
-        print(err, file=sys.stderr)
-        return 2
-    finally:
-        torch.set_num_threads(threads)
-    text = render(rows, facts)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
-    print(text)
-    return 0 if all(r.as_expected for r in rows) else 1
+    return run_comparison(__doc__.splitlines()[0], PEER, OUT, compare, render, argv)
 
 
 if __name__ == "__main__":

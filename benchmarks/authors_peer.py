@@ -4,13 +4,14 @@ paths never use stubbed, and their `.cuda()` calls left on the CPU."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.machinery
 import importlib.util
 import sys
 import types
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -104,3 +105,33 @@ class PeerCode:
             for n in theirs:
                 del sys.modules[n]
             sys.modules.update(saved)
+
+
+def run_comparison(
+    description: str,
+    peer: Path,
+    out: Path,
+    compare: Callable[[Path], tuple[list[Any], dict[str, Any]]],
+    render: Callable[[list[Any], dict[str, Any]], str],
+    argv: list[str] | None = None,
+) -> int:
+    """An authors'-code script's command line: compare on one CPU thread, write and print the table; exit 0 when every
+    row is as expected, 1 when one is not, 2 when the authors' code is missing."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--peer", type=Path, default=peer, help="the authors' code, extracted (default %(default)s)")
+    parser.add_argument("--out", type=Path, default=out, help="the table (default %(default)s)")
+    args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows, facts = compare(args.peer)
+    except PeerMissing as err:
+        print(err, file=sys.stderr)
+        return 2
+    finally:
+        torch.set_num_threads(threads)
+    text = render(rows, facts)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    print(text)
+    return 0 if all(r.as_expected for r in rows) else 1

@@ -33,7 +33,6 @@ Run: python3 benchmarks/authors_perada.py [--peer .peers/PerAda] [--out results/
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import importlib.machinery
@@ -55,7 +54,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # pfedkit from this checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: authors_peer.py
 
-from authors_peer import PeerCode, PeerMissing, patched  # noqa: E402
+from authors_peer import PeerCode, PeerMissing, patched, run_comparison  # noqa: E402
 
 PEER = REPO / ".peers" / "PerAda"
 PEER_COMMIT = "f776dd4a7ce9ce27a340e89d5e6f50a2b2f6bd39"  # the HEAD extracted (git archive of the fetched mirror)
@@ -658,24 +657,7 @@ def render(rows: list[Row], facts: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer", type=Path, default=PEER, help="the authors' code, extracted (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=OUT, help="the table (default %(default)s)")
-    args = parser.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        rows, facts = compare(args.peer)
-    except PeerMissing as err:
-        print(err, file=sys.stderr)
-        return 2
-    finally:
-        torch.set_num_threads(threads)
-    text = render(rows, facts)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
-    print(text)
-    return 0 if all(r.as_expected for r in rows) else 1
+    return run_comparison(__doc__.splitlines()[0], PEER, OUT, compare, render, argv)
 
 
 if __name__ == "__main__":
