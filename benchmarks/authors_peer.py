@@ -107,6 +107,17 @@ class PeerCode:
             sys.modules.update(saved)
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one CPU thread (the comparisons' float32 sums in one order), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_comparison(
     description: str,
     peer: Path,
@@ -121,15 +132,12 @@ def run_comparison(
     parser.add_argument("--peer", type=Path, default=peer, help="the authors' code, extracted (default %(default)s)")
     parser.add_argument("--out", type=Path, default=out, help="the table (default %(default)s)")
     args = parser.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        rows, facts = compare(args.peer)
+        with one_thread():
+            rows, facts = compare(args.peer)
     except PeerMissing as err:
         print(err, file=sys.stderr)
         return 2
-    finally:
-        torch.set_num_threads(threads)
     text = render(rows, facts)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

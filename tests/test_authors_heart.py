@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import authors_heart  # noqa: E402
+from authors_peer import one_thread  # noqa: E402
 
 HAVE_PEER = (authors_heart.PEER / "optim" / "ours.py").is_file() and importlib.util.find_spec(
     "torchattacks"
@@ -27,12 +27,8 @@ needs_peer = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def rows():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         table, _ = authors_heart.compare()
-    finally:
-        torch.set_num_threads(before)
     return {r.what: r for r in table}
 
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import authors_perada  # noqa: E402
+from authors_peer import one_thread  # noqa: E402
 
 HAVE_PEER = (authors_perada.PEER / "optim" / "our.py").is_file()
 needs_peer = pytest.mark.skipif(not HAVE_PEER, reason="the authors' code is not in .peers/PerAda")
@@ -22,12 +22,8 @@ needs_peer = pytest.mark.skipif(not HAVE_PEER, reason="the authors' code is not 
 
 @pytest.fixture(scope="module")
 def rows():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         table, _ = authors_perada.compare()
-    finally:
-        torch.set_num_threads(before)
     return {r.what: r for r in table}
 
 
