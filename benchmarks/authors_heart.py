@@ -63,7 +63,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # pfedkit from this checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: authors_peer.py
 
-from authors_peer import PeerCode, PeerMissing, patched, run_comparison  # noqa: E402
+from authors_peer import PeerCode, PeerMissing, from_peer, is_stat, max_diff, patched, run_comparison, to_peer  # noqa: E402
 
 PEER = REPO / ".peers" / "HEART-PFL"
 PEER_COMMIT = "d90e395d213621df6e794a7b2fd99e9ee563fe7b"  # the HEAD extracted (git archive of the fetched mirror)
@@ -106,7 +106,6 @@ PARAMS = dict(
 UPDATE_NAMES = ["adapter", "bn1", "bn2", "fc.weight", "fc.bias"]  # the code's update_layer_name for an adapter net
 PEER_TOPS = ("optim", "models", "aggregation", "utils", "baseline_constants", "datasets", "parameters")
 STUBS = ("wandb", "pandas", "torchvision")
-STAT_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
 
 
 class Peer(PeerCode):
@@ -286,33 +285,9 @@ def pfedkit_method(server, dtype: torch.dtype = torch.float32):
     return cls(cls.validate_params(PARAMS), ctx)
 
 
-def to_peer(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """pfedkit's names (body.*, head.*) as the code's (unprefixed, fc.*)."""
-    return {("fc." + k[5:]) if k.startswith("head.") else k.removeprefix("body."): v for k, v in state.items()}
-
-
-def from_peer(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {("head." + k[3:]) if k.startswith("fc.") else "body." + k: v.detach().clone() for k, v in state.items()}
-
-
 def model_entries(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     """A reply's model tensors, without its metadata (num_samples, align_loss)."""
     return {k: v for k, v in state.items() if k.startswith(("body.", "head."))}
-
-
-def is_stat(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] in STAT_SUFFIXES
-
-
-def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], keys: list[str]) -> float:
-    if not keys:
-        raise ValueError("nothing to compare")
-    worst = 0.0
-    for k in keys:
-        if a[k].shape != b[k].shape:
-            return math.inf
-        worst = max(worst, float((a[k].double() - b[k].double()).abs().max()))
-    return worst
 
 
 # ---------------------------------------------------------------- the comparison

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import importlib.machinery
 import importlib.util
+import math
 import sys
 import types
 from pathlib import Path
@@ -143,3 +144,30 @@ def run_comparison(
     args.out.write_text(text, encoding="utf-8")
     print(text)
     return 0 if all(r.as_expected for r in rows) else 1
+
+
+STAT_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")  # BatchNorm statistics, not weights
+
+
+def to_peer(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """pfedkit's names (body.*, head.*) as the code's (unprefixed, fc.*)."""
+    return {("fc." + k[5:]) if k.startswith("head.") else k.removeprefix("body."): v for k, v in state.items()}
+
+
+def from_peer(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {("head." + k[3:]) if k.startswith("fc.") else "body." + k: v.detach().clone() for k, v in state.items()}
+
+
+def is_stat(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] in STAT_SUFFIXES
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], keys: list[str]) -> float:
+    if not keys:
+        raise ValueError("nothing to compare")
+    worst = 0.0
+    for k in keys:
+        if a[k].shape != b[k].shape:
+            return math.inf
+        worst = max(worst, float((a[k].double() - b[k].double()).abs().max()))
+    return worst
