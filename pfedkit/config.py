@@ -153,8 +153,9 @@ class RunSection(Section):
     # on a GPU's tensor cores, other numbers; gradients and weights stay float32), for methods whose training is a
     # plan; "float32" as written
     precision: Literal["float32", "bf16"] = "float32"
-    # runs of one method that differ only in seed, run.repeat or train.lr (compare --seeds, reproduce, a sweep of
-    # rates) train as one cohort, in one process, when they take the cohort path: "auto"; "off": one after another
+    # runs of one method that differ only in seed, run.repeat, train.lr or a method's packable hyper-parameters
+    # (compare --seeds, reproduce, a sweep, pfedkit tune --batch) train as one cohort, in one process, when they take
+    # the cohort path: "auto"; "off": one after another
     together: Literal["auto", "off"] = "auto"
     ray_address: str = (
         ""  # a running cluster (e.g. "127.0.0.1:6379"); "" = $RAY_ADDRESS, else a local Ray started for the run

@@ -485,20 +485,101 @@ def test_runs_that_differ_in_learning_rate_train_as_one_cohort_each_ending_as_it
     assert len(set(finals)) == 3, "the rates gave three runs, not one"
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedrep", "pgfedsplit"])
-def test_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
+PACKED_VALUES = {  # three values of each packable hyper-parameter, far enough apart to give three runs
+    ("fedprox", "mu"): (0.01, 0.3, 1.0),
+    ("ditto", "prox_weight"): (0.05, 0.5, 2.0),
+    ("pgfedsplit", "proto_weight"): (0.5, 5.0, 20.0),
+    ("pgfedsplit", "period_init"): (1, 2, 3),
+    ("fedafk", "mu_init"): (0.1, 0.5, 0.9),
+}
+
+
+def test_every_packable_hyper_parameter_is_checked_against_runs_alone():
+    """Each name a method declares packable (or inherits: fedprox-ft, pgfedsplit-no-apa) has values to test below."""
+    unchecked = set()
+    for cls in METHODS.values():
+        owner = next(c for c in cls.__mro__ if "packable" in vars(c))  # the class that declared them
+        unchecked |= {(owner.name, p) for p in cls.packable if (getattr(owner, "name", ""), p) not in PACKED_VALUES}
+    assert not unchecked, f"packable without a test against runs alone: {sorted(unchecked)}"
+
+
+def test_a_packable_name_that_is_no_hyper_parameter_is_refused_at_registration():
+    from pfedkit.errors import PfedkitError
+    from pfedkit.methods.base import register
+    from pfedkit.methods.fedprox import FedProx
+
+    class Typo(FedProx):
+        name = "fedprox-typo-packable"
+        packable = ("mu", "mew")
+
+    with pytest.raises(PfedkitError, match="packable names mew, not among its hyper-parameters"):
+        register(Typo)
+    assert "fedprox-typo-packable" not in METHODS
+
+
+@pytest.mark.parametrize("name, param", list(PACKED_VALUES))
+def test_runs_that_differ_in_a_packable_hyper_parameter_train_as_one_stack_each_ending_as_it_would_alone(
+    tmp_path, name, param, monkeypatch
+):
+    """Issue 92: a sweep of a method's packable hyper-parameter (`pfedkit tune --batch`'s trials, a suite's rows)
+    trains as one stacked computation; each run ends as it would alone, and the values gave different runs."""
+    from pfedkit.engine import cohort as cohort_module
     from pfedkit.engine import together
     from pfedkit.experiments.pipeline import run_configs
 
-    sizes = []
-    original = together.train_together
+    sizes, stacked = [], []
+    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
     monkeypatch.setattr(
         together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
+    )
+    monkeypatch.setattr(
+        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
+    )
+    values = PACKED_VALUES[(name, param)]
+
+    def configs(folder, **run):
+        return {
+            folder / f"{param}{value}": synthetic(
+                method={"name": name, param: value},
+                train={"rounds": 3, "momentum": 0.5},
+                run={"cohort": "on", "seed": 1, **run},
+            )
+            for value in values
+        }
+
+    runs = configs(tmp_path / "together")
+    run_configs(runs, resume=False, progress=False, log=lambda line: None)
+    assert sizes == [3, 3, 3], "every round of the three runs handed in together"
+    assert max(stacked) == 18, "6 clients of each of the 3 runs in one stack"
+    alone = configs(tmp_path / "alone", together="off")
+    run_configs(alone, resume=False, progress=False, log=lambda line: None)
+    for got, want in zip(runs, alone):
+        assert_same_metrics(got, want)
+    finals = [read_csv(d / "metrics.csv")[-1]["loss"] for d in runs]
+    assert len(set(finals)) == 3, f"the values of {param} gave three runs, not one"
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedrep", "pgfedsplit", "fedafk"])
+def test_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
+    """FedAFK too: its Joint and Apply stages are bound to each run's method, yet one run's step serves all (their
+    code is compared, not the run they are bound to)."""
+    from pfedkit.engine import cohort as cohort_module
+    from pfedkit.engine import together
+    from pfedkit.experiments.pipeline import run_configs
+
+    sizes, stacked = [], []
+    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
+    monkeypatch.setattr(
+        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
+    )
+    monkeypatch.setattr(
+        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
     )
     base = dict(method={"name": name}, train={"rounds": 3, "momentum": 0.5, "join_ratio": 0.5})
     runs = seeds_apart_and_together(tmp_path / "together", base)
     summaries = run_configs(runs, resume=False, progress=False, log=lambda line: None)
     assert sizes == [3, 3, 3]  # every round of the three runs: one computation
+    assert max(stacked) == 9, "3 clients of each of the 3 runs in one stack"
     for run_dir in runs:
         assert summaries[run_dir]["training"]["paths"] == {"cohort": 9}  # 3 of 6 clients for 3 rounds
     # each run's summary tells the group's shared steps, not only the run that holds the stacks

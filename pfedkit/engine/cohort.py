@@ -290,12 +290,12 @@ class Cohort:
         return self.method.capabilities().weights
 
     def signature(self) -> tuple[Any, ...]:
-        """What runs must share to train in one cohort: the method and its settings but the seed and train.lr (each
-        client of a phase steps at its own run's rate), and the model."""
+        """What runs must share to train in one cohort: the method and its settings but the seed, train.lr (each
+        client of a phase steps at its own run's rate) and the method's `packable` hyper-parameters, and the model."""
         method = self.method
         return (
             type(method),
-            method.params.model_dump_json(),
+            method.params.model_dump_json(exclude=set(method.packable)),
             replace(method.ctx.train, lr=0.0),
             repr(method.model),
             tuple((k, tuple(v.shape), v.dtype) for k, v in method.model.state_dict().items()),

@@ -6,7 +6,8 @@ simulation, the pipeline and the summary:
 - the **executor**: what trains the clients a cohort does not (`run.backend`: "local", this machine's worker
   processes, or "ray", a cluster's actors), with how many workers and on which device;
 - the **cohort**: whether a round's clients train batched in this process (`run.cohort`), and how its steps run;
-- **together**: whether runs that differ only in seed may share one cohort (`run.together`).
+- **together**: whether runs that differ only in seed, repeat, train.lr or a method's packable hyper-parameters may
+  share one cohort (`run.together`).
 
 "Backend" is the executor's key in the config (`run.backend`); Flower nodes are a deployment of their own
 (`pfedkit.flower`), not an executor.

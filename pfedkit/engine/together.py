@@ -1,4 +1,5 @@
-"""Several runs as one computation: runs of one method that differ only in seed train their rounds as one cohort.
+"""Several runs as one computation: runs of one method that differ only in seed, repeat,
+train.lr or the method's `packable` hyper-parameters train their rounds as one cohort.
 
 Each run stays a run of its own (its Simulation, folder, metrics, checkpoints and resume) and goes through its rounds
 in a thread of its own; only the local training passes through a `CohortGroup`. When every run still going has handed

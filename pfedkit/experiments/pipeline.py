@@ -130,8 +130,9 @@ def run_configs(
 ) -> dict[Path, dict[str, Any]]:
     """The one place runs are carried out, for `compare` and `reproduce`: each folder's (already validated) config run
     in order, a finished run's summary reused and an unfinished one resumed (with `resume`), a diverged one reported
-    as {"diverged": ...} and not run again; consecutive runs on the same data share it. Runs that differ only in seed
-    and take the cohort path train as one cohort (`run.together`), each still a run of its own."""
+    as {"diverged": ...} and not run again; consecutive runs on the same data share it. Runs that differ only in seed,
+    repeat, train.lr or packable hyper-parameters and take the cohort path train as one cohort (`run.together`), each
+    still a run of its own."""
     summaries: dict[Path, dict[str, Any]] = {}
     todo: dict[Path, Config] = {}
     checksums: dict[str, Optional[str]] = {}  # the data as they are now, by what loads them
@@ -198,16 +199,20 @@ def check_reused_data(
 
 
 def together_key(config: Config) -> Optional[str]:
-    """Runs with the same key train as one cohort: the same config but the seed, the repeat and train.lr (each client
-    steps at its run's rate), on the cohort path; None for a run that trains alone."""
+    """Runs with the same key train as one cohort: the same config but the seed, the repeat, train.lr (each client
+    steps at its run's rate) and the method's packable hyper-parameters, on the cohort path; None for a run that
+    trains alone."""
     if not placement(config.run).together:
         return None
-    if not method_class(config.method.name, config.method.module).capabilities().plan:  # one client at a time
+    method = method_class(config.method.name, config.method.module)
+    if not method.capabilities().plan:  # one client at a time
         return None
     raw = config.to_dict()
     for key in ("seed", "repeat", "log_to"):
         raw["run"].pop(key, None)
     raw.get("train", {}).pop("lr", None)
+    for name in method.packable:
+        raw["method"].pop(name, None)
     return json.dumps(raw, sort_keys=True, default=str)
 
 
@@ -230,7 +235,7 @@ def together_batches(runs: dict[Path, Config]) -> list[dict[Path, Config]]:
 def run_group(
     runs: dict[Path, Config], *, resume: bool, progress: bool, log: Callable[[str], None]
 ) -> dict[Path, dict[str, Any]]:
-    """Runs differing only in seed as one cohort (engine/together.py); a diverged one is its result, as alone."""
+    """Runs with one together_key as one cohort (engine/together.py); a diverged one is its result, as alone."""
     from pfedkit.engine.together import run_together
 
     feds = {run_dir: build_federated(cfg) for run_dir, cfg in runs.items()}  # each seed partitions its own

@@ -202,6 +202,10 @@ class Method(LocalSGD):
     # How a client's personalized model is had for evaluation: "weights" (evaluation_weights: the working model with
     # those weights, so evaluation may be batched) or "model" (personalized_model only, one client at a time).
     evaluation: ClassVar[str] = "model"
+    # Hyper-parameters that runs packed into one cohort may differ in (run.together, `pfedkit tune --batch`): each
+    # reaches local training only as a per-client tensor (a phase's `given`, a plan's models, the client state) or
+    # stays on the server, never in what a plan's step closes over; tests/test_cohort.py checks each against runs alone.
+    packable: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params
@@ -312,6 +316,11 @@ class Method(LocalSGD):
             problems.append("evaluation = 'weights' but evaluation_weights not written")
         elif cls.evaluation == "model" and cls.personalized_model is Method.personalized_model:
             problems.append("evaluation = 'model' but personalized_model not written: the engine evaluates with it")
+        unknown = [name for name in cls.packable if name not in cls.Params.model_fields]
+        if unknown:
+            problems.append(f"packable names {', '.join(unknown)}, not among its hyper-parameters")
+        if cls.packable and cls.training != "plan":
+            problems.append("packable hyper-parameters, but training = 'code' never trains in a cohort")
         return problems
 
     def trained_model(self, reply: State, client: State, payload: State, data: ClientData, round: int) -> nn.Module:

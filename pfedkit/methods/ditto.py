@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from pfedkit.methods.base import HyperParams, register, searched
-from pfedkit.methods.plan import LocalPlan, Phase, proximal
+from pfedkit.methods.plan import LocalPlan, Phase, proximal, proximal_given
 from pfedkit.methods.sharing import PartSharing
 from pfedkit.records import ClientData, State
 
@@ -33,6 +33,7 @@ class Ditto(PartSharing):
     name = "ditto"
     summary = "global model by FedAvg; personal model with a proximal term to the received global model"
     Params = DittoParams
+    packable = ("prox_weight",)
     shared = ("body", "head")
 
     def init_client(self, cid: int, data: ClientData) -> State:
@@ -44,8 +45,8 @@ class Ditto(PartSharing):
             model="personal",
             epochs=self.params.personal_epochs,
             purpose="personal",
-            loss=proximal(self.params.prox_weight),
-            given=anchors,
+            loss=proximal,
+            given=proximal_given(self.params.prox_weight, anchors),
         )
         return LocalPlan(
             {"personal": self.model_weights(client), "main": self.model_weights(payload)}, [personal, Phase()]

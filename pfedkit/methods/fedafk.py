@@ -108,6 +108,7 @@ class FedAFK(PartSharing):
     name = "fedafk"
     summary = "adaptive mix of personal and global extractors (mu_i), feature-KL transfer, personal head"
     Params = FedAFKParams
+    packable = ("mu_init",)  # only where each client's mu starts (its state)
     shared = ("body",)
     client_logged = ("mu",)  # metrics.csv: mu_mean, mu_min, mu_max over the round's trained clients
 

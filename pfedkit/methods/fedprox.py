@@ -4,7 +4,7 @@ from pydantic import Field
 
 from pfedkit.methods.base import HyperParams, register, searched
 from pfedkit.methods.fedavg import FedAvg, FedAvgFT
-from pfedkit.methods.plan import Phase, proximal
+from pfedkit.methods.plan import Phase, proximal, proximal_given
 from pfedkit.records import ClientData, State
 
 
@@ -23,10 +23,11 @@ class FedProx(FedAvg):
     name = "fedprox"
     summary = "FedAvg with a proximal term pulling local weights toward the global model"
     Params = FedProxParams
+    packable = ("mu",)
 
     def local_phases(self, payload: State, client: State, data: ClientData, round: int) -> list[Phase]:
         anchors = {name: payload[name] for name, _ in self.model.named_parameters()}
-        return [Phase(loss=proximal(self.params.mu), given=anchors)]
+        return [Phase(loss=proximal, given=proximal_given(self.params.mu, anchors))]
 
 
 class FedProxFTParams(FedProxParams):

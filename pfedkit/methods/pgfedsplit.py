@@ -32,7 +32,7 @@ from pfedkit.methods.base import (
     variant,
     weighted_mean,
 )
-from pfedkit.methods.plan import LocalPlan, Net, Phase, PhaseLoss
+from pfedkit.methods.plan import LocalPlan, Net, Phase, PhaseLoss, given_weight
 from pfedkit.methods.prototypes import aggregate_prototypes, eval_features, local_prototypes, prototype_mse
 from pfedkit.models.base import SplitModel
 from pfedkit.records import ClientData, State
@@ -102,6 +102,7 @@ class PGFedSplit(Method):
         "Gaussian-augmented head training"
     )
     Params = PGFedSplitParams
+    packable = ("proto_weight", "period_init")  # lambda reaches the step in `given`; tau^(0) is the server's
     logged = ("period", "alpha_prev")  # tau after this round, and the mean alpha of the latest head delivery
 
     # ---- state ----
@@ -196,8 +197,12 @@ class PGFedSplit(Method):
         if bool(available.any()) and p.proto_weight > 0:
             body = replace(
                 body,
-                loss=prototype_pull(p.proto_weight, p.proto_distance),
-                given={"protos": payload["protos"], "available": available},
+                loss=prototype_pull(p.proto_distance),
+                given={
+                    "protos": payload["protos"],
+                    "available": available,
+                    "weight": given_weight(p.proto_weight, payload["protos"]),
+                },
             )
         last = round if alpha is not None else int(client["last_adapted"])
         return LocalPlan(
@@ -346,9 +351,10 @@ def synthetic_embeddings(
     return means[labels] + std * noise, labels
 
 
-@lru_cache(maxsize=None)  # one loss per setting: clients share a cohort phase
-def prototype_pull(weight: float, distance: str) -> PhaseLoss:
-    """CE + lambda * Eq. 14's distance (`prototype_distance`) in the proto_distance reading."""
+@lru_cache(maxsize=None)  # one loss per reading: clients share a cohort phase
+def prototype_pull(distance: str) -> PhaseLoss:
+    """CE + lambda * Eq. 14's distance (`prototype_distance`) in the proto_distance reading; lambda comes in `given`
+    (runs differing in proto_weight train as one cohort)."""
 
     def loss(
         net: Net,
@@ -358,7 +364,7 @@ def prototype_pull(weight: float, distance: str) -> PhaseLoss:
         given: Mapping[str, torch.Tensor],
     ) -> torch.Tensor:
         z = net.body(x)
-        return F.cross_entropy(net.head(z), y) + weight * prototype_distance(
+        return F.cross_entropy(net.head(z), y) + given["weight"] * prototype_distance(
             z, y, given["protos"], given["available"], distance
         )
 

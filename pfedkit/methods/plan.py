@@ -12,7 +12,6 @@ gives it (`given`: stacked over the cohort, so they may differ from client to cl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Callable, Mapping, Optional, Protocol
 
 import torch
@@ -56,23 +55,29 @@ def cross_entropy(
     return F.cross_entropy(net(x), y)
 
 
-@lru_cache(maxsize=None)  # one loss per weight: clients with the same loss share a cohort phase
-def proximal(weight: float) -> PhaseLoss:
-    """Cross-entropy plus weight/2 * ||w - anchor||^2 over the parameters `given` holds (FedProx, Ditto)."""
-    half = weight / 2
+def given_weight(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A hyper-parameter handed to a phase's loss in `given` (0-d, `like`'s dtype and device) rather than closed over:
+    clients of runs that differ in it then share one cohort phase (a method's `packable`)."""
+    return torch.tensor(value, dtype=like.dtype, device=like.device)
 
-    def loss(
-        net: Net,
-        params: Mapping[str, torch.Tensor],
-        x: torch.Tensor,
-        y: torch.Tensor,
-        given: Mapping[str, torch.Tensor],
-    ) -> torch.Tensor:
-        return F.cross_entropy(net(x), y) + half * sum(
-            (params[name] - anchor).pow(2).sum() for name, anchor in given.items()
-        )
 
-    return loss
+ANCHOR = "anchor."  # proximal's anchors in `given`, by parameter name
+
+
+def proximal_given(weight: float, anchors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What `proximal` reads: half the weight (halved in float64, as a constant would be) and the anchors."""
+    first = next(iter(anchors.values()))
+    return {"half_weight": given_weight(weight / 2, first), **{ANCHOR + name: a for name, a in anchors.items()}}
+
+
+def proximal(
+    net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, given: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
+    """Cross-entropy plus weight/2 * ||w - anchor||^2 over the anchored parameters (FedProx, Ditto); `given` as
+    `proximal_given` makes it, so runs differing in the weight train as one cohort."""
+    return F.cross_entropy(net(x), y) + given["half_weight"] * sum(
+        (params[key[len(ANCHOR) :]] - anchor).pow(2).sum() for key, anchor in given.items() if key.startswith(ANCHOR)
+    )
 
 
 def parameters_and_buffers(model: torch.nn.Module, weights: Mapping[str, Any]) -> tuple[State, State]:
@@ -149,6 +154,12 @@ class Phase:
         )
 
 
+def code_of(fn: Callable) -> Any:
+    """A step's code without the run it is bound to: runs of one signature (`Cohort.signature`: the same method and
+    settings) run one run's bound step over all their clients, so their plans share a stack."""
+    return (getattr(fn, "__func__", fn), type(getattr(fn, "__self__", None)))
+
+
 @dataclass(frozen=True)
 class PhaseSettings:
     """A phase as it runs: its SGD settings and epochs, whether its image batches are augmented (crop-flip), whether
@@ -177,7 +188,7 @@ class Joint:
     drop_single: bool = False  # leave out a batch of one (BatchNorm cannot train on it), as fit does
 
     def shape(self) -> tuple[Any, ...]:
-        return ("joint", self.step, self.epochs, self.purpose, self.drop_single)
+        return ("joint", code_of(self.step), self.epochs, self.purpose, self.drop_single)
 
 
 @dataclass(frozen=True)
@@ -187,7 +198,7 @@ class Apply:
     fn: Callable[[dict], None]
 
     def shape(self) -> tuple[Any, ...]:
-        return ("apply", self.fn)
+        return ("apply", code_of(self.fn))
 
 
 @dataclass
