@@ -639,6 +639,14 @@ def reproduce(
     callback=parse_seeds_or_none,
     help="seeds of the test-split re-runs of the best and the default values ('' for none)",
 )
+@click.option(
+    "--batch",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="trials drawn and run at a time; on a GPU's cohort path those differing only in hyper-parameters marked "
+    "[packs] in `pfedkit methods` train as one stacked computation (elsewhere they run one after another)",
+)
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--data-root", "root", default=None, help=ROOT_HELP)
 @click.option("--quiet", is_flag=True, help="no progress bars")
@@ -651,6 +659,7 @@ def tune(
     validation: float,
     last_k: int,
     seeds: list[int],
+    batch: int,
     overrides: tuple[str, ...],
     root: Optional[str],
     quiet: bool,
@@ -676,6 +685,7 @@ def tune(
         last_k=last_k,
         progress=not quiet,
         params=[p.strip() for p in params.split(",") if p.strip()],
+        batch=batch,
     )
     result = tuner.run(seeds)
     click.echo((Path(out) / "tune.md").read_text().rstrip())
@@ -736,7 +746,8 @@ def methods(names: tuple[str, ...], modules: tuple[str, ...]) -> None:
                 if searched
                 else ""
             )
-            click.echo(f"    {field} = {default}  # {info.description or ''}{tune}")
+            packs = " [packs: runs differing in it train as one cohort]" if field in cls.packable else ""
+            click.echo(f"    {field} = {default}  # {info.description or ''}{tune}{packs}")
 
 
 @main.command()

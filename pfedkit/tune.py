@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -18,9 +19,10 @@ from tqdm import tqdm
 
 from pfedkit.config import PLACEMENT_KEYS, Config, dump_toml, flat, read_toml
 from pfedkit.engine.divergence import Diverged
+from pfedkit.engine.together import run_together
 from pfedkit.errors import ConfigError, PfedkitError
 from pfedkit.experiments import run_experiment
-from pfedkit.experiments.pipeline import run_configs
+from pfedkit.experiments.pipeline import run_configs, together_batches
 from pfedkit.io import atomic_write_csv, atomic_write_text, output_folder
 from pfedkit.methods.base import search_space
 from pfedkit.registry import build_config, method_class, method_source
@@ -84,7 +86,8 @@ def with_values(config: Config, values: dict[str, Any], **sections: dict[str, An
 class Tuner:
     """One tuning study in `out`: `config` (its method is the one tuned) searched over `space`, `trials` trials
     finished (complete, pruned or diverged) in all, each scored by its mean validation accuracy over the last `last_k`
-    evaluated rounds."""
+    evaluated rounds. `batch` trials are drawn at a time and run together: on the cohort path, those that differ only
+    in the method's packable hyper-parameters train as one stacked computation (run.together)."""
 
     def __init__(
         self,
@@ -96,9 +99,12 @@ class Tuner:
         params: Sequence[str] = (),
         last_k: int = 5,
         progress: bool = True,
+        batch: int = 1,
     ):
         if trials < 1:
             raise ConfigError(f"--trials {trials}: ask for at least one trial")
+        if batch < 1:
+            raise ConfigError(f"--batch {batch}: run at least one trial at a time")
         if not 0 < validation < 1:
             raise ConfigError(
                 f"--validation {validation}: the validation share of each client's training data is "
@@ -106,7 +112,7 @@ class Tuner:
             )
         self.optuna = optuna_module()
         self.config, self.out, self.trials, self.last_k, self.progress = config, Path(out), trials, last_k, progress
-        self.validation = validation
+        self.validation, self.batch = validation, batch
         self.space = searched_space(config.method.name, params, config.method.module)
         where = set(PLACEMENT_KEYS)  # where the data and workers are may change between sittings
         self.setup = {
@@ -168,7 +174,17 @@ class Tuner:
         interruption cut off (each is retried with its own values): a killed and rerun tune draws what an
         uninterrupted one draws, and a resumed sampler never repeats the first trials' values."""
         retried = {t.user_attrs["retry_of"] for t in study.get_trials(deepcopy=False) if "retry_of" in t.user_attrs}
-        return self.optuna.samplers.TPESampler(seed=self.config.run.seed + len(study.trials) - len(retried))
+        return self.optuna.samplers.TPESampler(
+            seed=self.config.run.seed + len(study.trials) - len(retried),
+            constant_liar=self.batch > 1,  # a batch's later draws keep away from its earlier, still running ones
+        )
+
+    def next_batch(self, study) -> int:
+        """How many trials to draw now: an interrupted batch's retries alone first (so the batches after them are
+        drawn as an uninterrupted tune draws them), else `batch`, never past `trials`."""
+        states = self.optuna.trial.TrialState
+        retries = [t for t in study.get_trials(deepcopy=False, states=(states.WAITING,)) if "retry_of" in t.user_attrs]
+        return min(len(retries) or self.batch, self.trials - self.finished(study))
 
     def finished(self, study) -> int:
         states = self.optuna.trial.TrialState
@@ -191,29 +207,76 @@ class Tuner:
         """A trial: the config with these values, evaluated on the validation split (the test split is not loaded)."""
         return with_values(self.config, values, eval={"validation": self.validation})
 
-    def objective(self, trial) -> float:
-        values = self.suggest(trial)
-        run_dir = self.out / "trials" / f"trial-{values_key(values)}"
-        trial.set_user_attr("run_dir", str(run_dir.relative_to(self.out)))
+    def run_batch(self, study, trials: list) -> None:
+        """The asked trials as runs, each told its score: those that may train as one cohort do (`together_batches`:
+        on the cohort path, differing only in packable hyper-parameters), the others one after another. A trial that
+        diverged is failed with the reason; an error fails its trial and is raised once the batch is told; an
+        interruption (Ctrl-C) leaves the unfinished trials running, to be tried again with their values on resume."""
+        by_folder: dict[Path, list] = {}  # trials drawing equal values (an integer range) share one run
+        configs: dict[Path, Config] = {}
+        for trial in trials:
+            values = self.suggest(trial)
+            run_dir = self.out / "trials" / f"trial-{values_key(values)}"
+            trial.set_user_attr("run_dir", str(run_dir.relative_to(self.out)))
+            by_folder.setdefault(run_dir, []).append(trial)
+            configs[run_dir] = self.trial_config(values)
+        lock = threading.Lock()  # the runs of a pack report from threads of their own
 
-        def report(row: dict[str, Any]) -> None:
-            if row.get("acc") is not None:
-                trial.report(row["acc"], row["round"])
-                if trial.should_prune():
+        def start(run_dir: Path, config: Config, member: Any = None) -> dict[str, Any]:
+            first = by_folder[run_dir][0]
+
+            def report(row: dict[str, Any]) -> None:
+                if row.get("acc") is None:
+                    return
+                with lock:
+                    for trial in by_folder[run_dir]:
+                        trial.report(row["acc"], row["round"])
+                    pruned = first.should_prune()
+                if pruned:
                     raise self.optuna.TrialPruned(f"round {row['round']}: below the median of earlier trials")
 
-        try:
-            run_experiment(
-                self.trial_config(values),
+            return run_experiment(
+                config,
                 run_dir,
                 resume=(run_dir / "config.toml").exists(),
                 progress=False,
                 observers=[report],
+                together=member,
             )
-        except Diverged as err:
-            trial.set_user_attr("diverged", str(err).splitlines()[0])
-            return math.nan  # a failed trial to Optuna, counted as finished here
-        return mean_of_last(run_dir, self.last_k)
+
+        outcomes: dict[Path, Any] = {}
+        for pack in together_batches(configs):
+            if len(pack) > 1:
+                outcomes.update(run_together(pack, start))
+                continue
+            [(run_dir, config)] = pack.items()
+            try:
+                outcomes[run_dir] = start(run_dir, config)
+            except BaseException as err:  # told below, with the others of the batch
+                outcomes[run_dir] = err
+        self.tell(study, by_folder, outcomes)
+
+    def tell(self, study, by_folder: dict[Path, list], outcomes: dict[Path, Any]) -> None:
+        states = self.optuna.trial.TrialState
+        error = interruption = None
+        for run_dir, outcome in outcomes.items():
+            for trial in by_folder[run_dir]:
+                if isinstance(outcome, self.optuna.TrialPruned):
+                    study.tell(trial, state=states.PRUNED)
+                elif isinstance(outcome, Diverged):
+                    trial.set_user_attr("diverged", str(outcome).splitlines()[0])
+                    study.tell(trial, state=states.FAIL)  # counted as finished here (`finished`)
+                elif isinstance(outcome, Exception):
+                    study.tell(trial, state=states.FAIL)
+                    error = error or outcome
+                elif isinstance(outcome, BaseException):
+                    interruption = interruption or outcome  # left running: retried on resume (`study`)
+                else:
+                    study.tell(trial, mean_of_last(run_dir, self.last_k))
+        if interruption is not None:
+            raise interruption
+        if error is not None:
+            raise error
 
     # -- the whole tune -------------------------------------------------------------------------------------------
     def run(self, test_seeds: Sequence[int] = ()) -> dict[str, Any]:
@@ -238,8 +301,8 @@ class Tuner:
             )
             while self.finished(study) < self.trials:
                 study.sampler = self.sampler_for(study)
-                study.optimize(self.objective, n_trials=1)
-                bar.update(1)
+                self.run_batch(study, [study.ask() for _ in range(self.next_batch(study))])
+                bar.update(min(self.finished(study), self.trials) - bar.n)
                 best = _best(study)
                 if best is not None:
                     bar.set_postfix_str(f"best validation acc {best.value:.4f}")

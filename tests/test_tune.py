@@ -254,3 +254,79 @@ def test_the_tune_report_says_the_data_share_only_when_a_share_was_taken_and_plo
     assert ax.get_ylabel().startswith("validation accuracy, %")
     assert max(y for _, y in ax.collections[0].get_offsets()) == 75.0
     assert all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def batched(out: Path, trials: int = 4, batch: int = 2) -> Tuner:
+    cfg = build_config(config(run={"cohort": "on", "checkpoint_every": 1}, train={"rounds": 3, "momentum": 0.5}))
+    return Tuner(cfg, out, trials=trials, batch=batch, progress=False)
+
+
+def scores(out: Path) -> list[tuple[float, float]]:
+    with (out / "trials.csv").open() as f:
+        return [(float(r["mu"]), float(r["validation_acc"])) for r in csv.DictReader(f) if r["state"] == "complete"]
+
+
+def test_a_batched_tune_trains_each_batch_as_one_cohort_and_each_trial_scores_as_its_run_alone(tmp_path, monkeypatch):
+    """Issue 92: `--batch 2` draws two trials at a time and trains them as one stacked computation (FedProx's mu is
+    packable); each trial's score and curve are those of its run alone."""
+    from pfedkit.engine import together
+    from pfedkit.experiments import run_experiment
+    from pfedkit.io import read_csv
+    from pfedkit.reports.tables import mean_of_last
+
+    sizes = []
+    original = together.train_together
+    monkeypatch.setattr(
+        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
+    )
+    tuner = batched(tmp_path / "tune")
+    tuner.run()
+    assert sizes.count(2) >= 6, f"each batch's rounds trained as one: {sizes}"  # 2 batches x 3 rounds, unless pruned
+    with (tmp_path / "tune" / "trials.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["state"] == "complete"]
+    assert len(rows) >= 3 and rows[0]["defaults"] == "True"
+    for row in rows:
+        values = {"mu": float(row["mu"])}
+        alone = tmp_path / "alone" / row["run_dir"]
+        cfg = tuner.trial_config(values)
+        run_experiment(
+            cfg.model_copy(update={"run": cfg.run.model_copy(update={"together": "off"})}), alone, progress=False
+        )
+        assert mean_of_last(alone, 5) == pytest.approx(float(row["validation_acc"]), abs=1e-6)
+        packed = read_csv(tmp_path / "tune" / row["run_dir"] / "metrics.csv")
+        assert [r["loss"] for r in packed] == pytest.approx([r["loss"] for r in read_csv(alone / "metrics.csv")])
+
+
+class _Stop(BaseException):
+    """A kill: not an error of the trial's, so the trial is left running (as a killed process leaves it)."""
+
+
+def test_a_batched_tune_killed_mid_batch_resumes_to_the_trials_and_scores_of_an_uninterrupted_one(
+    tmp_path, monkeypatch
+):
+    from pfedkit import tune as tune_module
+
+    batched(tmp_path / "whole", trials=6).run()
+    calls = []
+    plain = tune_module.run_experiment
+
+    def killed_in_second_batch(config, out, **options):
+        calls.append(out)
+        if len(calls) == 4:  # the second trial of the second batch dies in round 2; its partner finishes
+
+            def stop(row):
+                if row["round"] == 2:
+                    raise _Stop
+
+            options["observers"] = [*options["observers"], stop]
+        return plain(config, out, **options)
+
+    monkeypatch.setattr(tune_module, "run_experiment", killed_in_second_batch)
+    with pytest.raises(_Stop):
+        batched(tmp_path / "killed", trials=6).run()
+    monkeypatch.setattr(tune_module, "run_experiment", plain)
+    batched(tmp_path / "killed", trials=6).run()
+    with (tmp_path / "killed" / "trials.csv").open() as f:
+        states = [r["state"] for r in csv.DictReader(f)]
+    assert states.count("fail") == 1 and len(states) == 7  # the cut trial, then tried again with its values
+    assert scores(tmp_path / "killed") == scores(tmp_path / "whole")
