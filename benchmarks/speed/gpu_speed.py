@@ -128,11 +128,15 @@ PLAN = [
     ("cifar10-r18", "fedavg", 2, ("cohort", "cohort-grouped", "per-client")),
     *[("cifar10-20", m, 2, ("cohort", "per-client", "pfllib")) for m in METHODS if m != "fedavg"],
     ("cifar10-20", "pgfedsplit", 2, ("3-seeds-together", "8-seeds-together")),  # beside its cohort row above
+    ("cifar10-20", "ditto", 2, ("4-weights-together",)),
+    ("cifar10-20", "fedafk", 2, ("3-seeds-together",)),
 ]
-TOGETHER = {  # runs packed into one cohort: (seed, train.lr or the setting's)
-    "3-seeds-together": [(seed, None) for seed in range(3)],
-    "8-seeds-together": [(seed, None) for seed in range(8)],
-    "3-rates-together": [(0, lr) for lr in (0.0025, 0.005, 0.01)],  # a sweep of train.lr as one computation
+TOGETHER = {  # runs packed into one cohort: (seed, train.lr or the setting's, method hyper-parameters changed)
+    "3-seeds-together": [(seed, None, {}) for seed in range(3)],
+    "8-seeds-together": [(seed, None, {}) for seed in range(8)],
+    "3-rates-together": [(0, lr, {}) for lr in (0.0025, 0.005, 0.01)],  # a sweep of train.lr as one computation
+    # a packable hyper-parameter's sweep as one computation (pfedkit tune --batch 4's trials)
+    "4-weights-together": [(0, None, {"prox_weight": w}) for w in (0.05, 0.1, 0.5, 1.0)],
 }
 COHORT_PATHS = {  # the cohort's variants: their run settings
     "cohort": {},
@@ -152,8 +156,10 @@ PATHS = (*COHORT_PATHS, *TOGETHER, "per-client", "pfllib", "4-processes")
 # forward passes; its accuracy after the row's rounds beside float32's); 3-seeds-together: seeds 0, 1, 2 as one cohort
 # (run.together), seconds per round of the three together, against one seed's cohort row (issue 92's target: at most
 # 1.4x); 8-seeds-together: seeds 0-7 likewise (target: at most 3x); 3-rates-together: seed 0 at train.lr 0.0025,
-# 0.005 and 0.01 as one cohort (a sweep of rates packed); 4-processes: one client at a time in each of 4
-# worker processes sharing the GPU (run.gpus_per_worker = 0.25), the older way to fill a GPU
+# 0.005 and 0.01 as one cohort (a sweep of rates packed); 4-weights-together: Ditto at prox_weight 0.05, 0.1, 0.5 and 1
+# as one cohort (a packable hyper-parameter's sweep: tune --batch's trials), against Ditto's cohort row; 4-processes:
+# one client at a time in each of 4 worker processes sharing the GPU (run.gpus_per_worker = 0.25), the older way to
+# fill a GPU
 
 
 class OutOfBudget(Exception):
@@ -203,21 +209,27 @@ def pfedkit_run(
 
 
 def pfedkit_together(
-    setting: Setting, args: argparse.Namespace, method: str, rounds: int, clock: Clock, runs: list[tuple[int, Any]]
+    setting: Setting,
+    args: argparse.Namespace,
+    method: str,
+    rounds: int,
+    clock: Clock,
+    runs: list[tuple[int, Any, dict]],
 ) -> dict[str, Any]:
-    """Runs trained as one cohort (run.together), each a (seed, train.lr or None for the setting's): seconds per round
-    of the group (the slowest run's, as all wait for the shared computation), the runs' mean accuracy."""
+    """Runs trained as one cohort (run.together), each a (seed, train.lr or None for the setting's, hyper-parameters
+    changed): seconds per round of the group (the slowest run's, as all wait for the shared computation), the runs'
+    mean accuracy."""
     from pfedkit.experiments.pipeline import run_configs
 
-    params = METHODS[method][1]
     with tempfile.TemporaryDirectory() as out:
         configs = {}
-        for seed, lr in runs:
+        for index, (seed, lr, changed) in enumerate(runs):
+            params = {**METHODS[method][1], **changed}
             cfg = setting.config(args.data_root, method, rounds, args.device, "on", params)
             cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": seed})})
             if lr is not None:
                 cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lr": lr})})
-            configs[Path(out) / f"seed{seed}-lr{lr}"] = cfg
+            configs[Path(out) / f"run{index}"] = cfg
         if clock.left < 30:
             return {"cut": "budget spent"}
         run_configs(configs, resume=False, progress=False, log=lambda line: None)
