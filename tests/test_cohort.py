@@ -491,7 +491,18 @@ PACKED_VALUES = {  # three values of each packable hyper-parameter, far enough a
     ("pgfedsplit", "proto_weight"): (0.5, 5.0, 20.0),
     ("pgfedsplit", "period_init"): (1, 2, 3),
     ("fedafk", "mu_init"): (0.1, 0.5, 0.9),
+    ("fedafk", "kt_weight"): (0.1, 0.3, 0.7),
 }
+
+
+def test_a_packable_weight_whose_zero_switches_a_term_off_packs_only_with_weights_on_the_same_side():
+    """FedAFK's lambda packs (0.1 with 0.7), but lambda 0 leaves the teacher out of the step: no pack with it."""
+    from pfedkit.experiments.pipeline import together_key
+
+    def key(kt_weight):
+        return together_key(synthetic(method={"name": "fedafk", "kt_weight": kt_weight}, run={"cohort": "on"}))
+
+    assert key(0.1) == key(0.7) != key(0.0)
 
 
 def test_every_packable_hyper_parameter_is_checked_against_runs_alone():

@@ -296,6 +296,7 @@ class Cohort:
         return (
             type(method),
             method.params.model_dump_json(exclude=set(method.packable)),
+            method.pack_key(method.params),
             replace(method.ctx.train, lr=0.0),
             repr(method.model),
             tuple((k, tuple(v.shape), v.dtype) for k, v in method.model.state_dict().items()),

@@ -213,6 +213,7 @@ def together_key(config: Config) -> Optional[str]:
     raw.get("train", {}).pop("lr", None)
     for name in method.packable:
         raw["method"].pop(name, None)
+    raw["pack_key"] = repr(method.pack_key(method.validate_params(config.method_params())))
     return json.dumps(raw, sort_keys=True, default=str)
 
 

@@ -207,6 +207,12 @@ class Method(LocalSGD):
     # stays on the server, never in what a plan's step closes over; tests/test_cohort.py checks each against runs alone.
     packable: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def pack_key(cls, params: HyperParams) -> tuple[Any, ...]:
+        """What of the packable hyper-parameters still shapes the step, so runs differing in it do not pack (a weight
+        whose zero switches a term off: FedAFK's kt_weight)."""
+        return ()
+
     def __init__(self, params: HyperParams, ctx: MethodContext):
         self.params = params
         self.ctx = ctx

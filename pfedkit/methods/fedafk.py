@@ -11,7 +11,7 @@ Choices the paper leaves open are flags below, each description naming its readi
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -108,7 +108,12 @@ class FedAFK(PartSharing):
     name = "fedafk"
     summary = "adaptive mix of personal and global extractors (mu_i), feature-KL transfer, personal head"
     Params = FedAFKParams
-    packable = ("mu_init",)  # only where each client's mu starts (its state)
+    packable = ("mu_init", "kt_weight")  # where each client's mu starts (its state); lambda travels in the plan
+
+    @classmethod
+    def pack_key(cls, params: HyperParams) -> tuple[Any, ...]:
+        return (params.kt_weight > 0,)  # lambda 0 leaves the teacher out of the step
+
     shared = ("body",)
     client_logged = ("mu",)  # metrics.csv: mu_mean, mu_min, mu_max over the round's trained clients
 
@@ -124,10 +129,12 @@ class FedAFK(PartSharing):
         y: torch.Tensor,
         teacher: torch.Tensor | None,
         vmapped: bool = False,
+        lam: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """(1 - lambda) * CE + lambda * KT (Eq. 8), the KT term in the reading kt_form names; `heads`: the personal
-        head phi_i and the fixed random head phi_rd."""
-        lam, form = self.params.kt_weight, self.params.kt_form
+        head phi_i and the fixed random head phi_rd; `lam`: each client's lambda as a float64 tensor (the plan's
+        `values`, so runs differing in it pack), else kt_weight."""
+        form = self.params.kt_form
         own, random = heads
         loss = F.cross_entropy(own(features), y)
         if teacher is None:
@@ -137,7 +144,11 @@ class FedAFK(PartSharing):
             kt = feature_kl(head(features), head(teacher), vmapped)
         else:
             kt = feature_kl(features, teacher, vmapped) * (len(y) if form == "feature-sum" else 1)
-        return (1 - lam) * loss + lam * kt
+        if lam is None:
+            lam_f = self.params.kt_weight
+            return (1 - lam_f) * loss + lam_f * kt
+        # 1 - lambda in float64, then float32: the numbers a Python float's arithmetic gives
+        return (1 - lam).to(loss.dtype) * loss + lam.to(kt.dtype) * kt
 
     def evaluation_weights(self, client: State, payload: State, data: ClientData, round: int) -> State:
         return self.model_weights(client)
@@ -147,7 +158,10 @@ class FedAFK(PartSharing):
     def local_plan(self, payload: State, client: State, data: ClientData, round: int) -> LocalPlan:
         p, cfg = self.params, self.ctx.train
         glob = self.model_weights(payload, self.random_head())
-        values = {"mu": torch.tensor(float(client["mu"]), dtype=torch.float64)}  # a Python float there
+        values = {  # Python floats there
+            "mu": torch.tensor(float(client["mu"]), dtype=torch.float64),
+            "kt_weight": torch.tensor(p.kt_weight, dtype=torch.float64),
+        }
         if p.mu_steps == "epoch":  # the epoch's gradient sum and batch count, for one step at its end
             values.update(
                 mu_grad_sum=torch.tensor(0.0, dtype=torch.float64), mu_batches=torch.tensor(0.0, dtype=torch.float64)
@@ -200,6 +214,7 @@ class FedAFK(PartSharing):
             g=view["global"],
             w=view["main"],
             mu=view["values"]["mu"],
+            lam=view["values"]["kt_weight"],
             body=self.body_parameters(),
             glob_t=glob_t,
             own_t=own_t,
@@ -258,6 +273,7 @@ class FedAFK(PartSharing):
             yb: torch.Tensor,
             teacher_c: Any,
             mu_c: torch.Tensor,
+            lam_c: torch.Tensor,
             glob_c: dict,
             glob_head: dict,
         ) -> torch.Tensor:
@@ -270,7 +286,7 @@ class FedAFK(PartSharing):
                 features = net.body(xb)
             random_head = FunctionalNet(glob_t, glob_head).head
             return self.personal_loss(
-                (net.head, random_head), features, yb, teacher_c if taught else None, vmapped=True
+                (net.head, random_head), features, yb, teacher_c if taught else None, vmapped=True, lam=lam_c
             )
 
         step.glob_head = {k: v for k, v in g.items() if k.startswith("head.")}
@@ -282,6 +298,7 @@ class FedAFK(PartSharing):
             step.y,
             teacher,
             step.mu,
+            step.lam,
             step.glob_body,
             step.glob_head,
         )
@@ -304,6 +321,7 @@ class FedAFK(PartSharing):
             xb: torch.Tensor,
             yb: torch.Tensor,
             teacher_c: Any,
+            lam_c: torch.Tensor,
             glob_c: dict,
             glob_head_c: dict,
         ) -> torch.Tensor:
@@ -316,12 +334,22 @@ class FedAFK(PartSharing):
                 yb,
                 teacher_c if taught else None,
                 vmapped=True,
+                lam=lam_c,
             )
 
         theta = {k: w[k].detach() for k in body}
         fixed = {k: v.clone() if k.startswith("body.") else v for k, v in self.beside_body(step, w).items()}  # BN copy
         grads = batched_grads(
-            mu_loss, {"mu": step.mu}, theta, fixed, step.x, step.y, step.teacher, step.glob_body, step.glob_head
+            mu_loss,
+            {"mu": step.mu},
+            theta,
+            fixed,
+            step.x,
+            step.y,
+            step.teacher,
+            step.lam,
+            step.glob_body,
+            step.glob_head,
         )
         self.mu_step(step.view, grads["mu"])
 
