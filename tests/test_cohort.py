@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -770,3 +771,30 @@ def test_drop_last_leaves_out_each_epochs_partial_batch_on_both_paths():
     alone = [t for t in tasks if SIZES[t.cid] < 4][0]  # the client of one sample: no step, its weights as received
     start = alone.payload
     assert all(torch.equal(want[alone.cid][0][k], start[k]) for k in start if k in want[alone.cid][0])
+
+
+def test_the_fedafk_sweeps_suite_packs_every_row_and_seed_into_one_cohort_on_the_cohort_path():
+    """Issue 92: Tables 1 and 2's sweep rows differ only in lambda, mu_init or the repeat, all packable: on a GPU the
+    suite's 15 rows x 3 seeds train as one stacked computation (with run.together off, 45 runs one after another)."""
+    from pfedkit.experiments.cells import cell_config
+    from pfedkit.experiments.pipeline import together_batches
+    from pfedkit.papers.suites import suite_from_toml
+    from pfedkit.registry import build_config
+
+    suite = suite_from_toml(
+        Path(__file__).resolve().parents[1] / "pfedkit" / "papers" / "tables" / "fedafk_sweeps.toml"
+    )
+
+    def runs(*overrides):
+        return {
+            Path(f"{column}/{row}/seed{seed}"): build_config(
+                cell_config(suite, "small", column, row, overrides=["run.cohort=on", f"run.seed={seed}", *overrides])
+            )
+            for column in suite.columns
+            for row in suite.rows
+            for seed in (0, 1, 2)
+        }
+
+    per_column = len(suite.rows) * 3
+    assert [len(b) for b in together_batches(runs())] == [per_column] * len(suite.columns)
+    assert {len(b) for b in together_batches(runs("run.together=off"))} == {1}
