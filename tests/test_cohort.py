@@ -699,6 +699,35 @@ def test_on_a_gpu_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it
         assert_same_metrics(got, want)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "name, param", [("ditto", "prox_weight"), ("fedafk", "kt_weight"), ("pgfedsplit", "proto_weight")]
+)
+def test_on_a_gpu_runs_that_differ_in_a_packable_hyper_parameter_pack_each_ending_as_it_would_alone(
+    tmp_path, name, param, full_precision_on_the_gpu
+):
+    from pfedkit.experiments.pipeline import run_configs
+
+    def configs(folder, **run):
+        return {
+            folder / f"{param}{value}": synthetic(
+                method={"name": name, param: value},
+                train={"rounds": 3, "momentum": 0.5},
+                run={"device": "cuda", "cohort": "auto", "seed": 1, **run},
+            )
+            for value in PACKED_VALUES[(name, param)]
+        }
+
+    runs = configs(tmp_path / "together")
+    summaries = run_configs(runs, resume=False, progress=False, log=lambda line: None)
+    alone = configs(tmp_path / "alone", together="off")
+    run_configs(alone, resume=False, progress=False, log=lambda line: None)
+    for got, want in zip(runs, alone):
+        assert summaries[got]["training"]["trained_together"] == 3
+        assert_same_metrics(got, want)
+
+
 def test_the_cohort_path_is_the_default_on_a_gpu_and_never_on_a_cpu():
     from pfedkit.engine.placement import cohort_path
 
