@@ -14,7 +14,8 @@
 #   bash benchmarks/speed/gpu_speed_device.sh [BUDGET_SECONDS [GPU_SPEED_OPTIONS...]]      (default 400: the benchmark's own
 #   limit, after at most two minutes of wheels and `pytest -m gpu` on tests/test_cohort.py: equality of the cohort, its
 #   captured steps and its runs trained together, on the GPU). Options go to gpu_speed.py, e.g. a second call for the
-#   methods a first one cut: `... 200 --only fedafk,pgfedsplit,fedpac --pfllib none`; GPU_SPEED_OUT names the folder.
+#   methods a first one cut: `... 200 --only fedafk,pgfedsplit,fedpac --pfllib none`; GPU_SPEED_OUT names the folder;
+#   GPU_STREAMS=1 adds benchmarks/speed/gpu_streams.py after it (packs of two methods at once: streams or processes).
 # Back here: tar xzf /work/.device/<N>/gpu_speed.tgz (in the repository root: results/gpu_speed/), commit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,3 +56,7 @@ timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cohort.py
 tail -n 2 "$out/pytest_gpu.txt"
 python3 benchmarks/speed/gpu_speed.py --data-root .devdata --pfllib .peers/PFLlib --budget "${1:-400}" --out "$out" "${@:2}" 2>&1 \
     | tee "$out/log.txt"
+# GPU_STREAMS=1: then several methods' packs at once, on streams or as processes (gpu_streams.py, about 3 minutes)
+if [ "${GPU_STREAMS:-0}" = 1 ]; then
+    timeout 240 python3 benchmarks/speed/gpu_streams.py --data-root .devdata --out "$out" 2>&1 | tee "$out/streams_log.txt"
+fi
