@@ -440,6 +440,22 @@ def seeds_apart_and_together(tmp_path, base: dict, seeds=(0, 1, 2), **run):
     return {tmp_path / f"seed{seed}": synthetic(**base, run={"cohort": "on", "seed": seed, **run}) for seed in seeds}
 
 
+def counted_packing(monkeypatch) -> tuple[list[int], list[int]]:
+    """How many runs each round's `train_together` took, and how many clients each stacked computation held."""
+    from pfedkit.engine import cohort as cohort_module
+    from pfedkit.engine import together
+
+    sizes, stacked = [], []
+    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
+    monkeypatch.setattr(
+        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
+    )
+    monkeypatch.setattr(
+        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
+    )
+    return sizes, stacked
+
+
 def assert_same_metrics(got_dir, want_dir) -> None:
     got, want = read_csv(got_dir / "metrics.csv"), read_csv(want_dir / "metrics.csv")
     assert [int(r["round"]) for r in got] == [int(r["round"]) for r in want]
@@ -455,18 +471,9 @@ def test_runs_that_differ_in_learning_rate_train_as_one_cohort_each_ending_as_it
 ):
     """Issue 92: a sweep of train.lr packs into one stacked computation, each client stepping at its run's rate (a
     method's own Joint step, FedAFK's, packs only runs of one rate); each run ends as it would alone."""
-    from pfedkit.engine import cohort as cohort_module
-    from pfedkit.engine import together
     from pfedkit.experiments.pipeline import run_configs
 
-    sizes, stacked = [], []
-    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
-    monkeypatch.setattr(
-        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
-    )
-    monkeypatch.setattr(
-        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
-    )
+    sizes, stacked = counted_packing(monkeypatch)
     rates = (0.02, 0.05, 0.1)
 
     def configs(folder, **run):
@@ -535,18 +542,9 @@ def test_runs_that_differ_in_a_packable_hyper_parameter_train_as_one_stack_each_
 ):
     """Issue 92: a sweep of a method's packable hyper-parameter (`pfedkit tune --batch`'s trials, a suite's rows)
     trains as one stacked computation; each run ends as it would alone, and the values gave different runs."""
-    from pfedkit.engine import cohort as cohort_module
-    from pfedkit.engine import together
     from pfedkit.experiments.pipeline import run_configs
 
-    sizes, stacked = [], []
-    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
-    monkeypatch.setattr(
-        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
-    )
-    monkeypatch.setattr(
-        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
-    )
+    sizes, stacked = counted_packing(monkeypatch)
     values = PACKED_VALUES[(name, param)]
 
     def configs(folder, **run):
@@ -575,18 +573,9 @@ def test_runs_that_differ_in_a_packable_hyper_parameter_train_as_one_stack_each_
 def test_runs_that_differ_in_seed_train_as_one_cohort_each_ending_as_it_would_alone(tmp_path, name, monkeypatch):
     """FedAFK too: its Joint and Apply stages are bound to each run's method, yet one run's step serves all (their
     code is compared, not the run they are bound to)."""
-    from pfedkit.engine import cohort as cohort_module
-    from pfedkit.engine import together
     from pfedkit.experiments.pipeline import run_configs
 
-    sizes, stacked = [], []
-    original, run_plans = together.train_together, cohort_module.Cohort.run_plans
-    monkeypatch.setattr(
-        together, "train_together", lambda runs, lead=None: sizes.append(len(runs)) or original(runs, lead)
-    )
-    monkeypatch.setattr(
-        cohort_module.Cohort, "run_plans", lambda self, slots: stacked.append(len(slots)) or run_plans(self, slots)
-    )
+    sizes, stacked = counted_packing(monkeypatch)
     base = dict(method={"name": name}, train={"rounds": 3, "momentum": 0.5, "join_ratio": 0.5})
     runs = seeds_apart_and_together(tmp_path / "together", base)
     summaries = run_configs(runs, resume=False, progress=False, log=lambda line: None)
