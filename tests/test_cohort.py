@@ -500,6 +500,7 @@ PACKED_VALUES = {  # three values of each packable hyper-parameter, far enough a
     ("pgfedsplit", "period_init"): (1, 2, 3),
     ("fedafk", "mu_init"): (0.1, 0.5, 0.9),
     ("fedafk", "kt_weight"): (0.1, 0.3, 0.7),
+    ("fedpac", "align_weight"): (0.1, 1.0, 5.0),
 }
 
 

@@ -15,7 +15,6 @@ of client j's class prototypes through client i's head (the report's Eq. 12-13).
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 from typing import Literal, Mapping, Optional
 
 import numpy as np
@@ -25,7 +24,7 @@ from pydantic import Field
 from scipy.optimize import minimize
 
 from pfedkit.methods.base import HyperParams, Method, add_prefix, register, select, strip_prefix, variant, weighted_mean
-from pfedkit.methods.plan import LocalPlan, Net, Phase, PhaseLoss
+from pfedkit.methods.plan import LocalPlan, Net, Phase, given_weight
 from pfedkit.methods.prototypes import (
     aggregate_prototypes,
     class_means,
@@ -112,21 +111,13 @@ def simplex_qp(matrix: np.ndarray, min_weight: float = 0.0) -> Optional[np.ndarr
     return weights / weights.sum() if weights.sum() > 0 else None
 
 
-@lru_cache(maxsize=None)  # one loss per weight: clients share a cohort phase
-def aligned(weight: float) -> PhaseLoss:
-    """CE + weight * MSE of the features to their class's target centroid (FedPAC Eq. 7), where one is available."""
-
-    def loss(
-        net: Net,
-        params: Mapping[str, torch.Tensor],
-        x: torch.Tensor,
-        y: torch.Tensor,
-        given: Mapping[str, torch.Tensor],
-    ) -> torch.Tensor:
-        z = net.body(x)
-        return F.cross_entropy(net.head(z), y) + weight * prototype_mse(z, y, given["targets"], given["available"])
-
-    return loss
+def aligned(
+    net: Net, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, given: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
+    """CE + lambda * MSE of the features to their class's target centroid (FedPAC Eq. 7), where one is available;
+    lambda comes in `given` (runs differing in align_weight train as one cohort)."""
+    z = net.body(x)
+    return F.cross_entropy(net.head(z), y) + given["weight"] * prototype_mse(z, y, given["targets"], given["available"])
 
 
 def combine_heads(heads: list[State], weights: torch.Tensor) -> State:
@@ -141,6 +132,7 @@ class FedPAC(Method):
     evaluation = "weights"
     summary = "global body with feature alignment to class centroids; per-client head combined by a QP"
     Params = FedPACParams
+    packable = ("align_weight",)  # lambda reaches the step in `given`
     server_only = (HEAD_KEY.split("{")[0],)  # each client's combined head: sent to that client only, as its head
 
     def init_server(self) -> State:
@@ -175,8 +167,12 @@ class FedPAC(Method):
             targets = torch.where(has_global.unsqueeze(1), payload["protos"], local_means)
             body = replace(
                 body,
-                loss=aligned(p.align_weight),
-                given={"targets": targets, "available": has_global | (local_counts > 0)},
+                loss=aligned,
+                given={
+                    "targets": targets,
+                    "available": has_global | (local_counts > 0),
+                    "weight": given_weight(p.align_weight, targets),
+                },
             )
         return LocalPlan(
             {"main": self.state_of(model)}, [head, body], notes={"feature_var": variance, "label_means": label_means}
