@@ -23,6 +23,10 @@ def test_methods_lists_every_method_with_defaults():
     for name in ("local", "fedavg", "fedavg-ft", "fedprox", "fedper", "fedrep", "fedbabu", "lg-fedavg"):
         assert f"{name}:" in result.output
     assert "head_epochs = 10" in result.output and "mu = 0.01" in result.output
+    packs = [
+        line.split(" = ")[0].strip() for line in invoke("methods", "fedafk").output.splitlines() if "[packs" in line
+    ]
+    assert packs == ["kt_weight", "mu_init"]  # what tune --batch and a sweep's rows may pack (issue 92)
 
 
 def test_methods_lists_only_what_was_asked_a_modules_methods_or_the_names_given(tmp_path):
