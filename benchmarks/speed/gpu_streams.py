@@ -58,15 +58,20 @@ def pack_configs(method: str, rounds: int, args: argparse.Namespace, out: Path) 
     return configs
 
 
-def run_pack(method: str, rounds: int, args: argparse.Namespace, out: Path) -> list[tuple[float, int]]:
-    """The pack trained as one cohort; (wall-clock time, round) at the end of each round of each of its runs."""
+def run_pack(
+    method: str, rounds: int, args: argparse.Namespace, out: Path, stream: Any = None
+) -> list[tuple[float, int]]:
+    """The pack trained as one cohort, on `stream` if given; (wall-clock time, round) at the end of each round of each
+    of its runs."""
     stamps: list[tuple[float, int]] = []
 
     def start(run_dir: Path, cfg: Any, member: Any) -> dict[str, Any]:
         def stamp(row: dict) -> None:
             stamps.append((time.time(), int(row["round"])))
 
-        return run_experiment(cfg, run_dir, progress=False, observers=[stamp], together=member)
+        # a thread's current stream is its own: each run's thread (whichever trains the pack's round) enters it
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            return run_experiment(cfg, run_dir, progress=False, observers=[stamp], together=member)
 
     outcomes = run_together(pack_configs(method, rounds, args, out), start)
     failed = [str(o) for o in outcomes.values() if isinstance(o, BaseException)]
@@ -115,10 +120,9 @@ def in_threads(args: argparse.Namespace, out: Path) -> dict[str, list[tuple[floa
     results: dict[str, Any] = {}
 
     def go(method: str, rounds: int) -> None:
-        on_gpu = args.device.startswith("cuda")
+        stream = torch.cuda.Stream() if args.device.startswith("cuda") else None
         try:
-            with torch.cuda.stream(torch.cuda.Stream()) if on_gpu else nullcontext():
-                results[method] = run_pack(method, rounds, args, out)
+            results[method] = run_pack(method, rounds, args, out, stream)
         except BaseException as err:  # raised in the main thread below
             results[method] = err
 
