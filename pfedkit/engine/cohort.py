@@ -199,7 +199,8 @@ class StepRunner:
                 if self.pool is None:
                     self.pool = torch.cuda.graph_pool_handle()
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool):
+                # thread_local: another thread's packs (gpu_streams.py) may allocate or sync while this one captures
+                with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                     step(view, static_x, static_y)
             except Exception as err:  # an operation that cannot be captured (a host sync, a CPU tensor): eager
                 self.refused.add(key)
