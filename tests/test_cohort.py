@@ -718,6 +718,41 @@ def test_on_a_gpu_runs_that_differ_in_a_packable_hyper_parameter_pack_each_endin
         assert_same_metrics(got, want)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_two_methods_packs_trained_at_once_in_two_threads_each_end_as_alone(tmp_path):
+    """Issue 92's streams: two packs in one process at once (each capturing its steps while the other runs) end
+    with the numbers each has alone; a capture in global error mode would fail the other thread's calls."""
+    import threading
+
+    from pfedkit.experiments.pipeline import run_configs
+
+    def pack(folder, name, **run):
+        base = dict(method={"name": name}, train={"rounds": 3, "momentum": 0.5})
+        return seeds_apart_and_together(folder / name, base, seeds=(0, 1), device="cuda", cohort="auto", **run)
+
+    packs = [pack(tmp_path / "at-once", name) for name in ("fedavg", "pgfedsplit")]
+    failures = []
+
+    def go(runs):
+        try:
+            run_configs(runs, resume=False, progress=False, log=lambda line: None)
+        except BaseException as err:
+            failures.append(err)
+
+    threads = [threading.Thread(target=go, args=(runs,)) for runs in packs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    for name, runs in zip(("fedavg", "pgfedsplit"), packs):
+        alone = pack(tmp_path / "alone", name, together="off")
+        run_configs(alone, resume=False, progress=False, log=lambda line: None)
+        for got, want in zip(runs, alone):
+            assert_same_metrics(got, want)
+
+
 def test_the_cohort_path_is_the_default_on_a_gpu_and_never_on_a_cpu():
     from pfedkit.engine.placement import cohort_path
 
