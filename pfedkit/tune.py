@@ -156,7 +156,9 @@ class Tuner:
             load_if_exists=True,
             direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=self.config.run.seed),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=max(1, rounds // 4)),
+            pruner=batch_pruner(optuna)(
+                optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=max(1, rounds // 4))
+            ),
         )
         if not study.trials:  # the method's own defaults are trial 0: a tuned value has to beat them on validation
             study.enqueue_trial(
@@ -214,7 +216,10 @@ class Tuner:
         interruption (Ctrl-C) leaves the unfinished trials running, to be tried again with their values on resume."""
         by_folder: dict[Path, list] = {}  # trials drawing equal values (an integer range) share one run
         configs: dict[Path, Config] = {}
+        first = min(t.number for t in trials)
         for trial in trials:
+            if "batch_start" not in trial.user_attrs:  # a retry keeps its first try's: judged as that one was
+                trial.set_user_attr("batch_start", first)
             values = self.suggest(trial)
             run_dir = self.out / "trials" / f"trial-{values_key(values)}"
             trial.set_user_attr("run_dir", str(run_dir.relative_to(self.out)))
@@ -364,6 +369,29 @@ class Tuner:
         atomic_write_text(self.out / "tune.md", tune_table(result, self.last_k, self.validation))
         (self.out / "tune.json").write_text(json.dumps(result, indent=2))
         return result
+
+
+def batch_pruner(optuna):
+    """A pruner class judging a trial only against the trials complete before its batch was drawn (its user attribute
+    `batch_start`): in an uninterrupted tune no batch-mate is complete while it runs, and a trial retried after an
+    interruption, alone, is judged as its first try was, not against batch-mates that finished meanwhile."""
+
+    class Before:
+        def __init__(self, study, start: int):
+            self.study, self.start, self.direction = study, start, study.direction
+
+        def get_trials(self, deepcopy: bool = True, states=None) -> list:
+            return [t for t in self.study.get_trials(deepcopy=deepcopy, states=states) if t.number < self.start]
+
+    class BatchPruner(optuna.pruners.BasePruner):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def prune(self, study, trial) -> bool:
+            start = trial.user_attrs.get("batch_start")
+            return self.inner.prune(study if start is None else Before(study, start), trial)
+
+    return BatchPruner
 
 
 def scored(trial) -> bool:

@@ -261,9 +261,11 @@ def batched(out: Path, trials: int = 4, batch: int = 2) -> Tuner:
     return Tuner(cfg, out, trials=trials, batch=batch, progress=False)
 
 
-def scores(out: Path) -> list[tuple[float, float]]:
+def outcomes(out: Path) -> list[tuple[float, str, str, str]]:
+    """Each finished trial's value, state and score, by value: a retried trial comes back at a later number."""
     with (out / "trials.csv").open() as f:
-        return [(float(r["mu"]), float(r["validation_acc"])) for r in csv.DictReader(f) if r["state"] == "complete"]
+        rows = [r for r in csv.DictReader(f) if r["state"] != "fail"]
+    return sorted((float(r["mu"]), r["state"], r["validation_acc"], r["acc_when_stopped"]) for r in rows)
 
 
 def test_a_batched_tune_trains_each_batch_as_one_cohort_and_each_trial_scores_as_its_run_alone(tmp_path, monkeypatch):
@@ -312,7 +314,7 @@ def test_a_batched_tune_killed_mid_batch_resumes_to_the_trials_and_scores_of_an_
 
     def killed_in_second_batch(config, out, **options):
         calls.append(out)
-        if len(calls) == 4:  # the second trial of the second batch dies in round 2; its partner finishes
+        if len(calls) == 4:  # a trial of the second batch (whichever thread calls last) dies in round 2
 
             def stop(row):
                 if row["round"] == 2:
@@ -329,4 +331,39 @@ def test_a_batched_tune_killed_mid_batch_resumes_to_the_trials_and_scores_of_an_
     with (tmp_path / "killed" / "trials.csv").open() as f:
         states = [r["state"] for r in csv.DictReader(f)]
     assert states.count("fail") == 1 and len(states) == 7  # the cut trial, then tried again with its values
-    assert scores(tmp_path / "killed") == scores(tmp_path / "whole")
+    assert outcomes(tmp_path / "killed") == outcomes(tmp_path / "whole")
+
+
+def test_a_trial_is_judged_for_pruning_only_against_trials_complete_before_its_batch():
+    """A retried trial runs alone after its batch-mates finished: judged against them it would be pruned where its
+    first try (with 2 trials complete, under median pruning's 3 startup trials) could not be."""
+    import optuna
+
+    from pfedkit.tune import batch_pruner
+
+    mu = optuna.distributions.FloatDistribution(0.001, 1.0, log=True)
+    study = optuna.create_study(direction="maximize")
+    for number in range(3):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"mu": 0.01 * (number + 1)},
+                distributions={"mu": mu},
+                value=0.9,
+                intermediate_values={1: 0.8, 2: 0.9},
+            )
+        )
+    inner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1)
+    low = optuna.trial.create_trial(
+        params={"mu": 0.5}, distributions={"mu": mu}, value=0.1, intermediate_values={1: 0.1, 2: 0.1}
+    )
+    assert inner.prune(study, low)  # against all three complete trials: pruned
+    retried = optuna.trial.create_trial(
+        params={"mu": 0.5},
+        distributions={"mu": mu},
+        value=0.1,
+        intermediate_values={1: 0.1, 2: 0.1},
+        user_attrs={"batch_start": 2},
+    )
+    pruner = batch_pruner(optuna)(inner)
+    assert not pruner.prune(study, retried)  # only trials 0 and 1 were complete when its batch was drawn
+    assert pruner.prune(study, low)  # no batch recorded: every complete trial
