@@ -39,6 +39,10 @@ def alive(pid: int) -> bool:
 
 
 def pfedkit(*args: str, cwd: Path = REPO) -> subprocess.Popen:
+    # a suite started as a background job (`nohup ... &`) ignores SIGINT, which a child inherits: a Ctrl-C test's run
+    # would then never see it; handled here, the child starts with SIGINT at its default
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # one torch thread: on a busy machine a tiny model's two spinning threads stalled a 40-round run for minutes
     return subprocess.Popen(
         [sys.executable, "-m", "pfedkit", *args],
