@@ -11,7 +11,7 @@ Choices the paper leaves open are flags below, each description naming its readi
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -128,12 +128,12 @@ class FedAFK(PartSharing):
         features: torch.Tensor,
         y: torch.Tensor,
         teacher: torch.Tensor | None,
-        vmapped: bool = False,
-        lam: Optional[torch.Tensor] = None,
+        vmapped: bool,
+        lam: torch.Tensor,
     ) -> torch.Tensor:
         """(1 - lambda) * CE + lambda * KT (Eq. 8), the KT term in the reading kt_form names; `heads`: the personal
         head phi_i and the fixed random head phi_rd; `lam`: each client's lambda as a float64 tensor (the plan's
-        `values`, so runs differing in it pack), else kt_weight."""
+        `values`, so runs differing in it pack)."""
         form = self.params.kt_form
         own, random = heads
         loss = F.cross_entropy(own(features), y)
@@ -144,9 +144,6 @@ class FedAFK(PartSharing):
             kt = feature_kl(head(features), head(teacher), vmapped)
         else:
             kt = feature_kl(features, teacher, vmapped) * (len(y) if form == "feature-sum" else 1)
-        if lam is None:
-            lam_f = self.params.kt_weight
-            return (1 - lam_f) * loss + lam_f * kt
         # 1 - lambda in float64, then float32: the numbers a Python float's arithmetic gives
         return (1 - lam).to(loss.dtype) * loss + lam.to(kt.dtype) * kt
 
